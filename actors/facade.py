@@ -1,0 +1,87 @@
+"""The facade every transport calls: one object, the whole application core.
+
+REST, gRPC (and later MCP, WebSocket and A2A) all do the same three things:
+``await memesh.authenticate(key, bucket)`` for a principal charged to a
+rate-limit bucket, one use case on ``memesh.memory`` or ``memesh.identity``,
+and encoding the answer. Nothing in a transport decides authority, tenancy or
+limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from actors.clock import Clock, IdSource, utc_now
+from actors.directory import Directory
+from actors.embedding import Embedder
+from actors.identity_service import IdentityService
+from actors.memory_service import MemoryLimits, MemoryService
+from mesh.errors import MemeshError, Unavailable
+from mesh.identity import Principal
+from mesh.ratelimit import BucketPolicy, TokenBuckets
+from mesh.tuning import RecallTuning
+
+
+class Bucket(StrEnum):
+    """Rate-limit classes; each caller has one bucket per class."""
+
+    READ = "Read"
+    WRITE = "Write"
+    INBOX = "Inbox"
+    ADMIN = "Admin"
+
+
+class Memesh:
+    def __init__(
+        self,
+        directory: Directory,
+        embedder: Embedder,
+        rate_policies: dict[str, BucketPolicy],
+        recall_tuning: RecallTuning = RecallTuning(),
+        limits: MemoryLimits = MemoryLimits(),
+        principal_cache_ttl_s: float = 30.0,
+        clock: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.directory = directory
+        self.embedder = embedder
+        ids = IdSource(clock)
+        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits)
+        self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic)
+        self._buckets = TokenBuckets(rate_policies)
+        self._monotonic = monotonic
+
+    async def authenticate(self, key: str | None, bucket: Bucket) -> Principal:
+        """The caller's principal, charged one token of ``bucket`` (RateLimited when empty)."""
+        principal = await self.identity.authenticate(key)
+        self.charge(principal, bucket)
+        return principal
+
+    def charge(self, principal: Principal, bucket: Bucket) -> None:
+        """Take one token of ``bucket`` from the caller, or raise RateLimited with Retry-After."""
+        self._buckets.charge(bucket.value, principal.agent_id, self._monotonic())
+
+    async def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
+        """Each actor's own figures; Unavailable when one does not answer in time."""
+        calls = [self.directory.scene_shard(i).call("health") for i in range(self.directory.scene_shards)]
+        calls.append(self.directory.registry().call("health"))
+        try:
+            answers = await asyncio.wait_for(asyncio.gather(*calls), timeout_s)
+        except (TimeoutError, MemeshError) as exc:
+            raise Unavailable("an actor did not answer") from exc
+        shards, registry = answers[:-1], answers[-1]
+        return {
+            "cells": sum(s["cells"] for s in shards),
+            "scenes": sum(s["scenes"] for s in shards),
+            "agents": registry["agents"],
+            "scene_shards": len(shards),
+            "embedding_engine": self.embedder.name,
+        }
+
+    async def close(self) -> None:
+        self.embedder.close()
+        await self.directory.close()

@@ -1,0 +1,271 @@
+"""Memory use cases: write cells, query, recall, sessions and scenes.
+
+Every method takes the authenticated :class:`Principal` first and confines
+what it touches to the principal's tenant and read scope; nothing here trusts
+an identity named in a request. Shards are addressed through the Directory by
+``shard_for(tenant, project)``; reads fan out to every shard and merge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from actors.clock import Clock, IdSource
+from actors.directory import Directory
+from actors.embedding import Embedder
+from mesh.errors import DimensionMismatch, NotFound, ValidationFailed
+from mesh.identity import Principal, require_writer
+from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, normalize
+from mesh.partition import partition_key, shard_for
+from mesh.query import NodeFilter, rerank_for_recall
+from mesh.tuning import RecallTuning
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryLimits:
+    max_content_chars: int = 32_768
+    max_batch_cells: int = 256
+    max_k: int = 1_000
+    max_text_chars: int = 8_192
+    max_project_chars: int = 128
+    max_list: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class ConsolidationReport:
+    scene: Scene
+    patterns: list[Cell]
+    superseded: list[str]
+
+
+class MemoryService:
+    def __init__(
+        self,
+        directory: Directory,
+        embedder: Embedder,
+        ids: IdSource,
+        clock: Clock,
+        recall_tuning: RecallTuning,
+        limits: MemoryLimits,
+    ) -> None:
+        self._dir = directory
+        self._embedder = embedder
+        self._ids = ids
+        self._clock = clock
+        self._recall = recall_tuning
+        self._limits = limits
+        self._scene_home: dict[str, int] = {}
+
+    # --------------------------------------------------------------- writing
+    async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
+        """Store ``specs`` in order and return them hydrated. All or nothing on validation."""
+        require_writer(principal)
+        if not specs:
+            raise ValidationFailed("cells must not be empty")
+        if len(specs) > self._limits.max_batch_cells:
+            raise ValidationFailed(f"at most {self._limits.max_batch_cells} cells per batch")
+        projects = [await self._project_of(principal, spec) for spec in specs]
+        vectors = await self._vectors_for(specs)
+        now = self._clock()
+        cells = []
+        for spec, project, vector in zip(specs, projects, vectors, strict=True):
+            cells.append(
+                Cell(
+                    id=self._ids.new(),
+                    tenant_id=principal.tenant_id,
+                    project_id=project,
+                    cell_type=spec.cell_type,
+                    content=spec.content,
+                    salience=spec.salience,
+                    source_agent=principal.agent_id,
+                    created_at=now,
+                    last_accessed=now,
+                    layer=spec.layer or default_layer(spec.cell_type),
+                    embedding=vector,
+                    engine=self._embedder.name,
+                    scene_id=spec.scene_id,
+                    session_id=spec.session_id,
+                )
+            )
+        by_shard: dict[int, list[int]] = defaultdict(list)
+        for i, cell in enumerate(cells):
+            by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(i)
+        results = await asyncio.gather(
+            *(
+                self._dir.scene_shard(shard).call("write", [cells[i] for i in idx], self._ids.many(len(idx)))
+                for shard, idx in by_shard.items()
+            )
+        )
+        stored: list[Cell | None] = [None] * len(cells)
+        for (shard, idx), written in zip(by_shard.items(), results, strict=True):
+            for i, cell in zip(idx, written, strict=True):
+                stored[i] = cell
+                if cell.scene_id:
+                    self._scene_home[cell.scene_id] = shard
+        return [c for c in stored if c is not None]
+
+    async def _project_of(self, principal: Principal, spec: NewCell) -> str:
+        project = spec.project_id
+        if spec.session_id is not None:
+            session = await self._session(principal, spec.session_id)
+            if not session.open:
+                raise ValidationFailed("the session is closed")
+            if project is not None and project != session.project_id:
+                raise ValidationFailed("project_id differs from the session's project")
+            project = session.project_id
+        project = project or DEFAULT_PROJECT
+        self._check_project(project)
+        if not spec.content.strip():
+            raise ValidationFailed("content must not be blank")
+        if len(spec.content) > self._limits.max_content_chars:
+            raise ValidationFailed(f"content is longer than {self._limits.max_content_chars} characters")
+        if not 0.0 <= spec.salience <= 1.0 or math.isnan(spec.salience):
+            raise ValidationFailed("salience must be between 0.0 and 1.0")
+        return project
+
+    def _check_project(self, project: str) -> None:
+        if not project or len(project) > self._limits.max_project_chars or not project.isprintable():
+            raise ValidationFailed(f"project_id must be 1 to {self._limits.max_project_chars} printable characters")
+
+    async def _vectors_for(self, specs: list[NewCell]) -> list[Vector]:
+        missing = [i for i, s in enumerate(specs) if s.embedding is None]
+        embedded = await self._embedder.embed([specs[i].content for i in missing]) if missing else None
+        vectors: list[Vector] = []
+        cursor = 0
+        for spec in specs:
+            if spec.embedding is None:
+                assert embedded is not None
+                vectors.append(embedded[cursor])
+                cursor += 1
+            else:
+                vectors.append(self._client_vector(spec.embedding))
+        return vectors
+
+    def _client_vector(self, values: tuple[float, ...] | list[float]) -> Vector:
+        if len(values) != self._embedder.dims:
+            raise DimensionMismatch(f"embedding has {len(values)} dimensions; this service uses {self._embedder.dims}")
+        vector = np.asarray(values, dtype=np.float32)
+        if not np.all(np.isfinite(vector)) or not np.any(vector):
+            raise ValidationFailed("embedding must be finite and non-zero")
+        return normalize(vector)
+
+    # --------------------------------------------------------------- reading
+    async def query(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter) -> list[Cell]:
+        """Live cells nearest the query, by similarity alone."""
+        vector = await self._query_vector(text, embedding, k)
+        hits = await self._search(principal, vector, k, flt)
+        return [cell for cell, _ in hits]
+
+    async def recall(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter) -> list[Cell]:
+        """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
+        vector = await self._query_vector(text, embedding, k)
+        pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
+        hits = await self._search(principal, vector, pool, flt)
+        now = self._clock()
+        ranked = [cell for cell, _ in rerank_for_recall(hits, k, now, self._recall)]
+        by_shard: dict[int, list[str]] = defaultdict(list)
+        for cell in ranked:
+            by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(cell.id)
+        await asyncio.gather(*(self._dir.scene_shard(s).call("touch", ids, now) for s, ids in by_shard.items()))
+        return [replace(cell, last_accessed=max(cell.last_accessed, now)) for cell in ranked]
+
+    async def _query_vector(self, text: str | None, embedding: list[float] | None, k: int) -> Vector:
+        if k < 1 or k > self._limits.max_k:
+            raise ValidationFailed(f"k must be between 1 and {self._limits.max_k}")
+        if (text is None) == (embedding is None):
+            raise ValidationFailed("give exactly one of text and embedding")
+        if embedding is not None:
+            return self._client_vector(embedding)
+        assert text is not None
+        if not text.strip() or len(text) > self._limits.max_text_chars:
+            raise ValidationFailed(f"text must be 1 to {self._limits.max_text_chars} characters")
+        return await self._embedder.embed_one(text)
+
+    async def _search(self, principal: Principal, vector: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
+        if principal.read_scope:
+            allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
+            flt = replace(flt, project_ids=frozenset(allowed))
+        parts = await asyncio.gather(
+            *(self._dir.scene_shard(i).call("search", principal.tenant_id, vector, k, flt) for i in range(self._dir.scene_shards))
+        )
+        merged = [hit for part in parts for hit in part]
+        merged.sort(key=lambda h: (-h[1], h[0].id))
+        return merged[:k]
+
+    # --------------------------------------------------------------- sessions
+    async def open_session(self, principal: Principal, project_id: str) -> Session:
+        self._check_project(project_id)
+        if not principal.can_read_project(project_id):
+            raise NotFound("project not found")
+        session = Session(
+            id=self._ids.new(),
+            tenant_id=principal.tenant_id,
+            agent_id=principal.agent_id,
+            project_id=project_id,
+            opened_at=self._clock(),
+        )
+        result: Session = await self._dir.registry().call("open_session", session)
+        return result
+
+    async def close_session(self, principal: Principal, session_id: str) -> None:
+        """Closing is idempotent; another agent's session is a 404 like a missing one."""
+        await self._session(principal, session_id)
+        await self._dir.registry().call("close_session", session_id, self._clock())
+
+    async def _session(self, principal: Principal, session_id: str) -> Session:
+        session: Session = await self._dir.registry().call("get_session", session_id)
+        if session.tenant_id != principal.tenant_id or session.agent_id != principal.agent_id:
+            raise NotFound("session not found")
+        return session
+
+    # ----------------------------------------------------------------- scenes
+    async def get_scene(self, principal: Principal, scene_id: str) -> Scene:
+        shard, scene = await self._find_scene(principal, scene_id)
+        return scene
+
+    async def list_scenes(self, principal: Principal, project_id: str | None, after: str | None, limit: int) -> tuple[list[Scene], bool]:
+        """One keyset page of scenes (id order) and whether more follow."""
+        if not 1 <= limit <= self._limits.max_list:
+            raise ValidationFailed(f"limit must be between 1 and {self._limits.max_list}")
+        if project_id is not None:
+            self._check_project(project_id)
+            if not principal.can_read_project(project_id):
+                return [], False
+        parts = await asyncio.gather(
+            *(
+                self._dir.scene_shard(i).call("list_scenes", principal.tenant_id, project_id, after, limit + 1)
+                for i in range(self._dir.scene_shards)
+            )
+        )
+        scenes = sorted((s for part in parts for s in part if principal.can_read_project(s.project_id)), key=lambda s: s.id)
+        return scenes[:limit], len(scenes) > limit
+
+    async def consolidate(self, principal: Principal, scene_id: str) -> ConsolidationReport:
+        require_writer(principal)
+        shard, _ = await self._find_scene(principal, scene_id)
+        scene, patterns, superseded = await self._dir.scene_shard(shard).call(
+            "consolidate", principal.tenant_id, scene_id, self._ids.many(256), principal.agent_id, self._clock()
+        )
+        return ConsolidationReport(scene=scene, patterns=patterns, superseded=[c.id for c in superseded])
+
+    async def _find_scene(self, principal: Principal, scene_id: str) -> tuple[int, Scene]:
+        home = self._scene_home.get(scene_id)
+        candidates = [home] if home is not None else list(range(self._dir.scene_shards))
+        for shard in candidates:
+            try:
+                scene: Scene = await self._dir.scene_shard(shard).call("get_scene", principal.tenant_id, scene_id)
+            except NotFound:
+                continue
+            self._scene_home[scene_id] = shard
+            if not principal.can_read_project(scene.project_id):
+                break
+            return shard, scene
+        raise NotFound("scene not found")
+
+    def _shard_of(self, tenant_id: str, project_id: str) -> int:
+        return shard_for(partition_key(tenant_id, project_id), self._dir.scene_shards)

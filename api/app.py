@@ -1,0 +1,40 @@
+"""The head node's FastAPI application: /v1, /healthz, /openapi.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from actors.facade import Memesh
+from api.errors import error_response, install_error_handlers
+from api.gate import V1Gate
+from api.openapi import API_VERSION, build_openapi
+from api.schemas import HealthOut
+from api.v1 import router as v1_router
+from mesh.errors import ErrorCode, MemeshError
+
+
+def create_app(memesh: Memesh, max_body_bytes: int = 4 * 1024 * 1024, request_timeout_s: float = 30.0) -> FastAPI:
+    """An app serving ``memesh``. Its lifespan is the caller's (``cluster.serve``)."""
+    app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.memesh = memesh
+    install_error_handlers(app)
+    app.include_router(v1_router)
+    openapi_doc = build_openapi(v1_router)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(openapi_doc)
+
+    @app.get("/healthz", response_model=HealthOut, include_in_schema=False)
+    async def healthz() -> Any:
+        try:
+            detail = await memesh.health()
+        except MemeshError as exc:
+            return error_response(503, ErrorCode.UNAVAILABLE, exc.message)
+        return HealthOut(status="ok", version=API_VERSION, detail=detail)
+
+    app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
+    return app

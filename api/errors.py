@@ -1,0 +1,104 @@
+"""The one mapping from memesh error codes to HTTP and gRPC status.
+
+Routes and servicers never choose a status themselves: they raise
+:class:`mesh.errors.MemeshError` and the handlers installed here encode it as
+the spec's envelope ``{"error": {"code", "message"}}``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from mesh.errors import ErrorCode, MemeshError, RateLimited
+
+log = logging.getLogger(__name__)
+
+STATUS: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
+    ErrorCode.VALIDATION: (400, grpc.StatusCode.INVALID_ARGUMENT),
+    ErrorCode.DIMENSION_MISMATCH: (400, grpc.StatusCode.INVALID_ARGUMENT),
+    ErrorCode.UNAUTHORIZED: (401, grpc.StatusCode.UNAUTHENTICATED),
+    ErrorCode.FORBIDDEN: (403, grpc.StatusCode.PERMISSION_DENIED),
+    ErrorCode.NOT_FOUND: (404, grpc.StatusCode.NOT_FOUND),
+    ErrorCode.CONFLICT: (409, grpc.StatusCode.ALREADY_EXISTS),
+    ErrorCode.TRANSACTION: (409, grpc.StatusCode.ABORTED),
+    ErrorCode.QUOTA_EXCEEDED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ErrorCode.RATE_LIMITED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    ErrorCode.INTERNAL: (500, grpc.StatusCode.INTERNAL),
+    ErrorCode.EMBEDDING: (500, grpc.StatusCode.INTERNAL),
+    ErrorCode.CONFIG: (500, grpc.StatusCode.INTERNAL),
+    ErrorCode.UNAVAILABLE: (503, grpc.StatusCode.UNAVAILABLE),
+    ErrorCode.STORAGE: (503, grpc.StatusCode.UNAVAILABLE),
+    ErrorCode.TIMEOUT: (504, grpc.StatusCode.DEADLINE_EXCEEDED),
+}
+
+# Pydantic error types that mean "the JSON has the wrong shape" (422); any
+# other validation failure is a malformed or out-of-range value (400).
+_SHAPE_ERRORS = {"missing", "extra_forbidden", "model_type", "model_attributes_type", "dataclass_type"}
+
+
+def envelope(code: ErrorCode | str, message: str) -> dict[str, Any]:
+    return {"error": {"code": str(code), "message": message}}
+
+
+def error_response(status: int, code: ErrorCode | str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(envelope(code, message), status_code=status, headers=headers)
+
+
+def memesh_error_response(exc: MemeshError) -> JSONResponse:
+    status, _ = STATUS[exc.code]
+    headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
+    if status >= 500:
+        log.error("request failed: %s: %s", exc.code, exc.message)
+    return error_response(status, exc.code, exc.message, headers)
+
+
+def validation_status(errors: list[Any]) -> int:
+    """422 when the parsed JSON has the wrong shape (a missing field, a wrong type); 400 otherwise."""
+    types = [str(e.get("type", "")) for e in errors]
+    if any(t == "json_invalid" for t in types):
+        return 400
+    if any(t in _SHAPE_ERRORS or t.endswith("_type") for t in types):
+        return 422
+    return 400
+
+
+def describe(errors: list[Any]) -> str:
+    parts = []
+    for e in errors[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ()) if p != "body")
+        parts.append(f"{where or 'body'}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(MemeshError)
+    async def _memesh(_: Request, exc: MemeshError) -> JSONResponse:
+        return memesh_error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        return error_response(validation_status(errors), ErrorCode.VALIDATION, describe(errors))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = ErrorCode.NOT_FOUND if exc.status_code == 404 else ErrorCode.VALIDATION
+        if exc.status_code >= 500:
+            code = ErrorCode.INTERNAL
+        return error_response(exc.status_code, code, str(exc.detail) if exc.status_code != 404 else "not found")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return error_response(500, ErrorCode.INTERNAL, "internal error")
+
+
+def grpc_status(exc: MemeshError) -> grpc.StatusCode:
+    return STATUS[exc.code][1]

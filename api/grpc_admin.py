@@ -1,0 +1,101 @@
+"""The gRPC AdminService: the agent lifecycle over the facade.
+
+Authenticates the ``x-service-key`` metadata, charges the Admin bucket, calls
+one use case, and maps errors through the one table in ``api.errors``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from actors.facade import Bucket, Memesh
+from api.errors import grpc_status
+from memesh_proto import admin_pb2, admin_pb2_grpc
+from mesh.errors import MemeshError, ValidationFailed
+from mesh.identity import Agent, Principal
+
+T = TypeVar("T")
+
+
+def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
+    return admin_pb2.AgentRecord(
+        agent_id=agent.id,
+        tenant_id=agent.tenant_id,
+        display_name=agent.display_name,
+        roles=sorted(r.value for r in agent.roles),
+        status=agent.status.value,
+        read_scope=sorted(agent.read_scope),
+        created_at=agent.created_at.isoformat().replace("+00:00", "Z"),
+        updated_at=agent.updated_at.isoformat().replace("+00:00", "Z"),
+    )
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, memesh: Memesh) -> None:
+        self.memesh = memesh
+
+    async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[Principal], Awaitable[T]]) -> T:
+        try:
+            key = dict(context.invocation_metadata() or ()).get("x-service-key")
+            principal = await self.memesh.authenticate(key if isinstance(key, str) else None, Bucket.ADMIN)
+            return await work(principal)
+        except MemeshError as exc:
+            await context.abort(grpc_status(exc), f"{exc.code}: {exc.message}")
+            raise  # unreachable: abort raises
+
+    async def IssueAgent(self, request: admin_pb2.IssueAgentRequest, context: Any) -> admin_pb2.IssuedCredential:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.IssuedCredential:
+            issued = await self.memesh.identity.issue(
+                p, request.tenant_id, request.display_name, list(request.roles), list(request.read_scope),
+                request.credential_kind or "api_key_hash",
+            )
+            return admin_pb2.IssuedCredential(agent_id=issued.agent.id, plaintext_secret=issued.plaintext_secret)
+
+        return await self._run(context, work)
+
+    async def ListAgents(self, request: admin_pb2.ListAgentsRequest, context: Any) -> admin_pb2.ListAgentsResponse:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.ListAgentsResponse:
+            if request.limit < 0:
+                raise ValidationFailed("limit must not be negative")
+            agents, more = await self.memesh.identity.list(p, request.cursor or None, request.limit or 50)
+            next_cursor = agents[-1].id if more and agents else ""
+            return admin_pb2.ListAgentsResponse(agents=[agent_record(a) for a in agents], next_cursor=next_cursor)
+
+        return await self._run(context, work)
+
+    async def GetAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.AgentRecord:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.AgentRecord:
+            return agent_record(await self.memesh.identity.get(p, request.agent_id))
+
+        return await self._run(context, work)
+
+    async def _lifecycle(self, action: str, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.Empty:
+        async def work(p: Principal) -> admin_pb2.Empty:
+            await self.memesh.identity.apply(p, request.agent_id, action)
+            return admin_pb2.Empty()
+
+        return await self._run(context, work)
+
+    async def RevokeAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.Empty:  # noqa: N802
+        return await self._lifecycle("revoke", request, context)
+
+    async def SuspendAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.Empty:  # noqa: N802
+        return await self._lifecycle("suspend", request, context)
+
+    async def ReinstateAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.Empty:  # noqa: N802
+        return await self._lifecycle("reinstate", request, context)
+
+    async def RotateAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.IssuedCredential:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.IssuedCredential:
+            agent, plaintext = await self.memesh.identity.apply(p, request.agent_id, "rotate")
+            assert plaintext is not None
+            return admin_pb2.IssuedCredential(agent_id=agent.id, plaintext_secret=plaintext)
+
+        return await self._run(context, work)
+
+
+def add_admin_service(server: grpc.aio.Server, memesh: Memesh) -> None:
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(memesh), server)

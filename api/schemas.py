@@ -1,0 +1,161 @@
+"""Wire models of the /v1 data plane (JSON, spec section 2).
+
+Request models forbid unknown fields and use strict scalar types, so a wrong
+type is a shape error (422) rather than a silent coercion.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from mesh.model import Cell, CellType, Layer, Scene
+
+StrictFloat = Annotated[float, Field(strict=True)]
+Salience = Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
+Vector = list[StrictFloat]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CellIn(_Request):
+    content: StrictStr = Field(min_length=1)
+    cell_type: CellType
+    salience: Salience = 0.5
+    layer: Layer | None = None
+    project_id: StrictStr | None = Field(None, min_length=1, max_length=128)
+    session_id: UUID | None = None
+    scene_id: UUID | None = None
+    embedding: Vector | None = Field(None, description="Optional caller-supplied vector; its length must be the service's dimension.")
+
+
+class CellBatchIn(_Request):
+    cells: list[CellIn] = Field(min_length=1)
+
+
+class FilterIn(_Request):
+    cell_types: list[CellType] | None = None
+    scene_id: UUID | None = None
+    source_agent: StrictStr | None = None
+    tenant_id: StrictStr | None = None
+
+
+class QueryIn(_Request):
+    text: StrictStr | None = Field(None, min_length=1)
+    embedding: Vector | None = None
+    k: StrictInt = Field(10, ge=1)
+    filter: FilterIn | None = None
+    layer: Layer | None = None
+
+
+class SessionIn(_Request):
+    project_id: StrictStr = Field(min_length=1, max_length=128)
+
+
+class SessionOut(BaseModel):
+    session_id: UUID
+
+
+class OkOut(BaseModel):
+    ok: Literal[True] = True
+
+
+class CellPayload(BaseModel):
+    project_id: str
+    session_id: str | None
+    embedding_engine: str
+    tombstone: bool
+
+
+class NodeOut(BaseModel):
+    """A hydrated knowledge node. ``node_type`` is ``{"Cell": {...}}`` for cells."""
+
+    id: str
+    tenant_id: str
+    embedding: list[float]
+    node_type: dict[str, CellPayload] | Literal["Scene"]
+    cell_type: CellType
+    content: str
+    salience: float
+    source_agent: str
+    created_at: datetime
+    last_accessed: datetime
+    layer: Layer
+    scene_id: str | None
+    superseded_by: str | None
+
+    @classmethod
+    def of(cls, cell: Cell) -> NodeOut:
+        return cls.model_construct(
+            id=cell.id,
+            tenant_id=cell.tenant_id,
+            embedding=cell.embedding.tolist(),
+            node_type={
+                "Cell": CellPayload.model_construct(
+                    project_id=cell.project_id, session_id=cell.session_id, embedding_engine=cell.engine, tombstone=cell.tombstone
+                )
+            },
+            cell_type=cell.cell_type,
+            content=cell.content,
+            salience=round(float(cell.salience), 6),
+            source_agent=cell.source_agent,
+            created_at=cell.created_at,
+            last_accessed=cell.last_accessed,
+            layer=cell.layer,
+            scene_id=cell.scene_id,
+            superseded_by=cell.superseded_by,
+        )
+
+
+class SceneOut(BaseModel):
+    id: str
+    tenant_id: str
+    project_id: str
+    centroid: list[float]
+    summary: str
+    created_at: datetime
+    member_count: int = Field(description="Live member cells.")
+
+    @classmethod
+    def of(cls, scene: Scene) -> SceneOut:
+        return cls.model_construct(
+            id=scene.id,
+            tenant_id=scene.tenant_id,
+            project_id=scene.project_id,
+            centroid=scene.centroid.tolist(),
+            summary=scene.summary,
+            created_at=scene.created_at,
+            member_count=scene.live_count,
+        )
+
+
+class SceneListOut(BaseModel):
+    scenes: list[SceneOut]
+    next_cursor: str | None
+
+
+class ConsolidationOut(BaseModel):
+    scene_id: str
+    patterns_created: list[NodeOut]
+    cells_superseded: list[str]
+    scene: SceneOut
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    version: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,161 @@
+"""The /v1 router: decode, call one use case on the facade, encode.
+
+Authentication happened in the gate (``api.gate``); each route charges its
+rate-limit bucket through its ``Principal`` dependency.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Query, Request
+
+from actors.facade import Bucket, Memesh
+from api.schemas import (
+    CellBatchIn,
+    CellIn,
+    ConsolidationOut,
+    ErrorOut,
+    NodeOut,
+    OkOut,
+    QueryIn,
+    SceneListOut,
+    SceneOut,
+    SessionIn,
+    SessionOut,
+)
+from mesh.errors import ValidationFailed
+from mesh.identity import Principal
+from mesh.model import NewCell
+from mesh.query import NodeFilter
+
+
+def _memesh(request: Request) -> Memesh:
+    memesh: Memesh = request.app.state.memesh
+    return memesh
+
+
+def _principal(bucket: Bucket):  # type: ignore[no-untyped-def]
+    async def dependency(request: Request) -> Principal:
+        principal: Principal = request.scope["state"]["principal"]
+        _memesh(request).charge(principal, bucket)
+        return principal
+
+    return Depends(dependency)
+
+
+Core = Annotated[Memesh, Depends(_memesh)]
+Reader = Annotated[Principal, _principal(Bucket.READ)]
+Writer = Annotated[Principal, _principal(Bucket.WRITE)]
+
+_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)}
+router = APIRouter(prefix="/v1", responses=_ERRORS)  # type: ignore[arg-type]
+
+
+def _new_cell(body: CellIn) -> NewCell:
+    return NewCell(
+        content=body.content,
+        cell_type=body.cell_type,
+        salience=body.salience,
+        layer=body.layer,
+        project_id=body.project_id,
+        session_id=str(body.session_id) if body.session_id else None,
+        scene_id=str(body.scene_id) if body.scene_id else None,
+        embedding=tuple(body.embedding) if body.embedding is not None else None,
+    )
+
+
+def _filter(body: QueryIn) -> NodeFilter:
+    f = body.filter
+    return NodeFilter(
+        cell_types=frozenset(f.cell_types) if f and f.cell_types is not None else None,
+        scene_id=str(f.scene_id) if f and f.scene_id else None,
+        source_agent=f.source_agent if f else None,
+        tenant_id=f.tenant_id if f else None,
+        layer=body.layer,
+    )
+
+
+@router.post("/cells", status_code=201, response_model=NodeOut, tags=["cells"], summary="Write one cell")
+async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
+    (cell,) = await core.memory.write_cells(principal, [_new_cell(body)])
+    return NodeOut.of(cell)
+
+
+@router.post("/cells:batch", status_code=201, response_model=list[NodeOut], tags=["cells"], summary="Write cells in order")
+async def write_cells(body: CellBatchIn, principal: Writer, core: Core) -> list[NodeOut]:
+    cells = await core.memory.write_cells(principal, [_new_cell(c) for c in body.cells])
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/query", response_model=list[NodeOut], tags=["retrieval"], summary="Nearest live nodes by similarity")
+async def query(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+    cells = await core.memory.query(principal, body.text, body.embedding, body.k, _filter(body))
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Similarity blended with salience and recency")
+async def recall(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, _filter(body))
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/sessions", response_model=SessionOut, tags=["sessions"], summary="Open a working session")
+async def open_session(body: SessionIn, principal: Writer, core: Core) -> SessionOut:
+    session = await core.memory.open_session(principal, body.project_id)
+    return SessionOut(session_id=UUID(session.id))
+
+
+@router.delete("/sessions/{session_id}", response_model=OkOut, tags=["sessions"], summary="Close a session")
+async def close_session(session_id: UUID, principal: Writer, core: Core) -> OkOut:
+    await core.memory.close_session(principal, str(session_id))
+    return OkOut()
+
+
+@router.get("/scenes", response_model=SceneListOut, tags=["scenes"], summary="List scenes (keyset pages)")
+async def list_scenes(
+    principal: Reader,
+    core: Core,
+    project_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> SceneListOut:
+    scenes, more = await core.memory.list_scenes(principal, project_id, _decode_cursor(cursor), limit)
+    next_cursor = _encode_cursor(scenes[-1].id) if more and scenes else None
+    return SceneListOut(scenes=[SceneOut.of(s) for s in scenes], next_cursor=next_cursor)
+
+
+@router.get("/scenes/{scene_id}", response_model=SceneOut, tags=["scenes"], summary="Read a scene")
+async def get_scene(scene_id: UUID, principal: Reader, core: Core) -> SceneOut:
+    return SceneOut.of(await core.memory.get_scene(principal, str(scene_id)))
+
+
+@router.post("/scenes/{scene_id}/consolidate", response_model=ConsolidationOut, tags=["scenes"], summary="Recompute a scene and abstract near-duplicates")
+async def consolidate(scene_id: UUID, principal: Writer, core: Core) -> ConsolidationOut:
+    report = await core.memory.consolidate(principal, str(scene_id))
+    return ConsolidationOut(
+        scene_id=report.scene.id,
+        patterns_created=[NodeOut.of(p) for p in report.patterns],
+        cells_superseded=report.superseded,
+        scene=SceneOut.of(report.scene),
+    )
+
+
+def _encode_cursor(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str | None) -> str | None:
+    if cursor is None:
+        return None
+    try:
+        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        UUID(value)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationFailed("cursor is not one this service issued") from None
+    return value
+
+

@@ -1,0 +1,1 @@
+"""Settings, the composition root (``memesh serve``), the CLI and cluster launch files."""

@@ -1,0 +1,153 @@
+"""The ``memesh`` command: ``serve`` and the operator client ``admin``.
+
+``memesh admin`` talks to the gRPC AdminService with an operator key read
+from a file (never from the command line, where it would land in shell
+history). Every verb prints one JSON document on stdout; failures print
+``memesh: <code>: <message>`` on stderr and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_ADMIN_ADDRESS = "127.0.0.1:50051"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from cluster.serve import run
+    from cluster.settings import Settings
+    from mesh.errors import ConfigInvalid
+
+    overrides: dict[str, Any] = {}
+    for section, key, value in (
+        ("ray", "address", args.ray_address),
+        ("server", "host", args.host),
+        ("server", "port", args.port),
+        ("server", "grpc_port", args.grpc_port),
+        ("storage", "data_dir", args.data_dir),
+        ("embedding", "engine", args.engine),
+    ):
+        if value is not None:
+            overrides.setdefault(section, {})[key] = value
+    try:
+        # Flags override single keys: merge them over the other sources (a constructor
+        # argument would replace a whole section).
+        base = Settings().model_dump()
+        for section, values in overrides.items():
+            base[section].update(values)
+        settings = Settings(**base)
+        run(settings)
+    except (ValidationError, ConfigInvalid) as exc:
+        print(f"memesh: config: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    import grpc
+
+    from memesh_proto import admin_pb2, admin_pb2_grpc
+
+    try:
+        key = Path(args.key_file).read_text().strip()
+    except OSError as exc:
+        print(f"memesh: cannot read the key file: {exc.strerror}", file=sys.stderr)
+        return 2
+    metadata = (("x-service-key", key),)
+    with grpc.insecure_channel(args.address) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        try:
+            result = _dispatch(stub, admin_pb2, args, metadata)
+        except grpc.RpcError as exc:
+            print(f"memesh: {exc.code().name.lower()}: {exc.details()}", file=sys.stderr)
+            return 1
+    print(json.dumps(result, indent=None, sort_keys=True))
+    return 0
+
+
+def _record(agent: Any) -> dict[str, Any]:
+    return {
+        "agent_id": agent.agent_id,
+        "tenant_id": agent.tenant_id,
+        "display_name": agent.display_name,
+        "roles": list(agent.roles),
+        "status": agent.status,
+        "read_scope": list(agent.read_scope),
+        "created_at": agent.created_at,
+        "updated_at": agent.updated_at,
+    }
+
+
+def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
+    timeout = args.timeout
+    verb = args.verb
+    if verb == "issue":
+        issued = stub.IssueAgent(
+            pb.IssueAgentRequest(
+                tenant_id=args.tenant, display_name=args.display_name, roles=args.role,
+                read_scope=args.read_scope or [], credential_kind="api_key_hash",
+            ),
+            metadata=metadata, timeout=timeout,
+        )
+        return {"agent_id": issued.agent_id, "plaintext_secret": issued.plaintext_secret}
+    if verb == "list":
+        page = stub.ListAgents(pb.ListAgentsRequest(cursor=args.cursor or "", limit=args.limit), metadata=metadata, timeout=timeout)
+        return {"agents": [_record(a) for a in page.agents], "next_cursor": page.next_cursor or None}
+    ref = pb.AgentRef(agent_id=args.agent_id)
+    if verb == "get":
+        return _record(stub.GetAgent(ref, metadata=metadata, timeout=timeout))
+    if verb == "rotate":
+        issued = stub.RotateAgent(ref, metadata=metadata, timeout=timeout)
+        return {"agent_id": issued.agent_id, "plaintext_secret": issued.plaintext_secret}
+    method = {"revoke": stub.RevokeAgent, "suspend": stub.SuspendAgent, "reinstate": stub.ReinstateAgent}[verb]
+    method(ref, metadata=metadata, timeout=timeout)
+    return {"agent_id": args.agent_id, "ok": True}
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="memesh", description="memesh: memory for fleets of agents")
+    sub = root.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the service (local Ray, LanceDB under ./data by default)")
+    serve.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--grpc-port", type=int)
+    serve.add_argument("--data-dir")
+    serve.add_argument("--engine", choices=["minilm", "hash"])
+    serve.set_defaults(func=_serve)
+
+    admin = sub.add_parser("admin", help="operator client of the gRPC admin service")
+    admin.add_argument("--address", default=DEFAULT_ADMIN_ADDRESS, help=f"host:port (default {DEFAULT_ADMIN_ADDRESS})")
+    admin.add_argument("--key-file", required=True, help="file holding an admin key (e.g. data/bootstrap-admin.key)")
+    admin.add_argument("--timeout", type=float, default=10.0)
+    groups = admin.add_subparsers(dest="group", required=True)
+    agents = groups.add_parser("agents", help="agent identities").add_subparsers(dest="verb", required=True)
+    issue = agents.add_parser("issue", help="issue an agent and print its key once")
+    issue.add_argument("--tenant", required=True)
+    issue.add_argument("--role", action="append", required=True, choices=["ServiceAdmin", "ProjectAdmin", "Writer", "Reader"])
+    issue.add_argument("--display-name", required=True)
+    issue.add_argument("--read-scope", action="append", help="a readable project (repeat); none = the whole tenant")
+    listing = agents.add_parser("list", help="one page of agents")
+    listing.add_argument("--cursor")
+    listing.add_argument("--limit", type=int, default=50)
+    for verb in ("get", "revoke", "rotate", "suspend", "reinstate"):
+        agents.add_parser(verb).add_argument("agent_id")
+    admin.set_defaults(func=_admin)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

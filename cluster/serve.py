@@ -1,0 +1,102 @@
+"""``memesh serve``: REST and gRPC on one event loop, over Ray actors.
+
+Start-up order: settings -> Ray (local, or joined with ``ray.address``) ->
+actors -> bootstrap admin key -> embedding warm-up -> listeners. Shutdown on
+SIGINT or SIGTERM: stop accepting, drain in-flight requests, stop gRPC, kill
+this deployment's actors, disconnect from Ray (a local Ray is stopped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import grpc
+import uvicorn
+from fastapi import FastAPI
+
+from api.app import create_app
+from api.grpc_admin import add_admin_service
+from cluster.compose import build_memesh, write_bootstrap_key
+from cluster.settings import Settings
+
+log = logging.getLogger("memesh")
+
+
+def _quiet_ray_env() -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+async def serve(settings: Settings) -> None:
+    _quiet_ray_env()
+    memesh = build_memesh(settings)
+    grpc_server: grpc.aio.Server | None = None
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        nonlocal grpc_server
+        key_path = await write_bootstrap_key(memesh, settings.storage.data_dir)
+        if key_path is not None:
+            print(f"memesh: bootstrap ServiceAdmin key written to {key_path.resolve()}", flush=True)
+        await memesh.embedder.warm_up()
+        await memesh.health(timeout_s=60.0)
+        if settings.server.grpc_enabled:
+            grpc_server = grpc.aio.server()
+            add_admin_service(grpc_server, memesh)
+            bound = grpc_server.add_insecure_port(f"{settings.server.grpc_host}:{settings.server.grpc_port}")
+            await grpc_server.start()
+            print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound}", flush=True)
+        print(f"memesh: REST on http://{settings.server.host}:{settings.server.port}", flush=True)
+        try:
+            yield
+        finally:
+            if grpc_server is not None:
+                await grpc_server.stop(grace=2.0)
+
+    app = create_app(memesh, settings.server.max_body_bytes, settings.server.request_timeout_s)
+    app.router.lifespan_context = lifespan
+    config = uvicorn.Config(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        log_level=settings.server.log_level,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    server = uvicorn.Server(config)
+    loop = asyncio.get_running_loop()
+    # Ray installs its own SIGTERM handler, which would skip the lifespan shutdown;
+    # route both signals to uvicorn's graceful exit instead.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.handle_exit, sig, None)
+    server.capture_signals = _no_capture  # type: ignore[method-assign]
+    try:
+        await server.serve()
+    finally:
+        await memesh.close()
+        if not settings.ray.in_process:
+            from actors.ray_directory import shutdown
+
+            shutdown()
+    if not server.started:
+        sys.exit(1)
+
+
+def _no_capture() -> object:
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+def run(settings: Settings) -> None:
+    logging.basicConfig(level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(settings))

@@ -1,0 +1,182 @@
+"""The one settings class of memesh.
+
+Sources, strongest first: constructor arguments, ``MEMESH_*`` environment
+variables (nested with ``__``: ``MEMESH_PULL__MAX_BATCH=128``), the TOML file
+named by ``MEMESH_CONFIG`` (default ``./memesh.toml`` when present), then the
+defaults below. Built once, in the composition root, and passed down; nothing
+else reads the environment. ``docs/configuration.md`` lists every key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+
+from mesh.tuning import RecallTuning, SceneTuning
+
+
+class _Section(BaseModel):
+    model_config = {"extra": "forbid", "frozen": True}
+
+
+class ServerSettings(_Section):
+    host: str = "0.0.0.0"
+    port: int = Field(8080, ge=0, le=65535)
+    grpc_host: str = "127.0.0.1"
+    grpc_port: int = Field(50051, ge=0, le=65535)
+    grpc_enabled: bool = True
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    request_timeout_s: float = Field(30.0, gt=0)
+    log_level: str = "info"
+
+
+class StorageSettings(_Section):
+    data_dir: Path = Path("./data")
+    uri: str | None = None  # any URI LanceDB accepts; default <data_dir>/lance
+    commit_window_ms: float = Field(2.0, ge=0)
+    commit_max_rows: int = Field(1024, ge=1)
+    optimize_every: int = Field(64, ge=1)
+
+    def lance_uri(self) -> str:
+        return self.uri or str((self.data_dir / "lance").resolve())
+
+
+class RaySettings(_Section):
+    address: str | None = None  # join this cluster; None starts a local Ray
+    namespace: str = "memesh"
+    scene_shards: int = Field(2, ge=1, le=1024)
+    in_process: bool = False  # run every actor inside the server process (no Ray); for notebooks and debugging
+
+
+class EmbeddingSettings(_Section):
+    engine: Literal["minilm", "hash"] = "minilm"
+    dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm is always 384
+    max_batch: int = Field(64, ge=1, le=1024)
+    threads: int | None = Field(None, ge=1)
+
+
+class PullSettings(_Section):
+    max_batch: int = Field(256, ge=1, le=10_000)
+
+
+class BucketSettings(_Section):
+    """A per-caller token bucket: ``rate`` tokens a second (0 disables it), up to ``burst``."""
+
+    rate: float = Field(200.0, ge=0)
+    burst: float = Field(400.0, ge=1)
+
+
+class InboxBucketSettings(BucketSettings):
+    rate: float = Field(100.0, ge=0)
+    burst: float = Field(200.0, ge=1)
+
+
+class AdminBucketSettings(BucketSettings):
+    rate: float = Field(20.0, ge=0)
+    burst: float = Field(40.0, ge=1)
+
+
+class RateLimitSettings(_Section):
+    read: BucketSettings = BucketSettings()
+    write: BucketSettings = BucketSettings()
+    inbox: InboxBucketSettings = InboxBucketSettings()
+    admin: AdminBucketSettings = AdminBucketSettings()
+
+
+class ObservatorySettings(_Section):
+    enabled: bool | None = None  # None: on in dev, off in production
+    sample_rate: float = Field(1.0, ge=0, le=1)
+    max_events: int = Field(50_000, ge=1)
+    max_age_s: float = Field(600.0, gt=0)
+    stream_channel_capacity: int = Field(16_384, ge=1)
+    max_concurrent_streams: int = Field(16, ge=1)
+
+
+class AdminSettings(_Section):
+    console_enabled: bool = False
+    bootstrap_oidc_subject: str | None = None
+    principal_cache_ttl_s: float = Field(30.0, ge=0)
+
+
+class ScenesSettings(_Section):
+    join_similarity: float = Field(0.55, ge=-1, le=1)
+    duplicate_similarity: float = Field(0.9, ge=-1, le=1)
+    min_group: int = Field(2, ge=2)
+    summary_members: int = Field(3, ge=1)
+    summary_chars: int = Field(240, ge=16)
+
+    def tuning(self) -> SceneTuning:
+        return SceneTuning(**self.model_dump())
+
+
+class RecallSettings(_Section):
+    w_similarity: float = Field(0.75, ge=0)
+    w_salience: float = Field(0.15, ge=0)
+    w_recency: float = Field(0.10, ge=0)
+    recency_half_life_s: float = Field(7 * 24 * 3600.0, gt=0)
+    candidates_factor: int = Field(4, ge=1)
+    min_candidates: int = Field(32, ge=1)
+
+    def tuning(self) -> RecallTuning:
+        return RecallTuning(**self.model_dump())
+
+
+class LimitsSettings(_Section):
+    max_content_chars: int = Field(32_768, ge=1)
+    max_batch_cells: int = Field(256, ge=1)
+    max_k: int = Field(1_000, ge=1)
+    max_text_chars: int = Field(8_192, ge=1)
+    max_list: int = Field(500, ge=1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMESH_", env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    profile: Literal["dev", "production"] = "dev"
+    server: ServerSettings = ServerSettings()
+    storage: StorageSettings = StorageSettings()
+    ray: RaySettings = RaySettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    pull: PullSettings = PullSettings()
+    rate_limits: RateLimitSettings = RateLimitSettings()
+    observatory: ObservatorySettings = ObservatorySettings()
+    admin: AdminSettings = AdminSettings()
+    scenes: ScenesSettings = ScenesSettings()
+    recall: RecallSettings = RecallSettings()
+    limits: LimitsSettings = LimitsSettings()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = Path(os.environ.get("MEMESH_CONFIG", "memesh.toml"))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_production(self) -> Settings:
+        if self.profile == "production":
+            if self.embedding.engine != "minilm":
+                raise ValueError("the production profile needs embedding.engine = minilm")
+            if any(getattr(self.rate_limits, b).rate == 0 for b in ("read", "write", "inbox", "admin")):
+                raise ValueError("the production profile refuses disabled rate limits")
+            if self.ray.in_process:
+                raise ValueError("the production profile runs actors on Ray (ray.in_process = false)")
+        return self
+
+    @property
+    def observatory_enabled(self) -> bool:
+        if self.observatory.enabled is not None:
+            return self.observatory.enabled
+        return self.profile == "dev"

@@ -1,0 +1,142 @@
+"""Domain records: cells, scenes, sessions, and the enums the spec names.
+
+Records are plain slotted dataclasses (a shard holds 100k of them; pydantic
+models would cost several times the memory). Embeddings are unit-norm float32
+vectors owned by the record; callers must not mutate them in place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+import numpy as np
+import numpy.typing as npt
+
+Vector = npt.NDArray[np.float32]
+
+
+class CellType(StrEnum):
+    DECISION = "Decision"
+    CONSTRAINT = "Constraint"
+    RISK = "Risk"
+    PATTERN = "Pattern"
+    LESSON = "Lesson"
+    FACT = "Fact"
+    PREFERENCE = "Preference"
+    CONTEXT = "Context"
+    TASK = "Task"
+
+
+class Layer(StrEnum):
+    L0 = "L0"
+    L1 = "L1"
+    L2 = "L2"
+
+    @property
+    def index(self) -> int:
+        return int(self.value[1])
+
+
+def default_layer(cell_type: CellType) -> Layer:
+    """Decisions and Constraints are architectural (L2); Patterns are abstractions (L1); the rest is raw (L0)."""
+    if cell_type in (CellType.DECISION, CellType.CONSTRAINT):
+        return Layer.L2
+    if cell_type is CellType.PATTERN:
+        return Layer.L1
+    return Layer.L0
+
+
+DEFAULT_PROJECT = "default"
+
+
+@dataclass(slots=True, eq=False)
+class Cell:
+    """One unit of knowledge. Live while ``superseded_by`` is None and not tombstoned."""
+
+    id: str
+    tenant_id: str
+    project_id: str
+    cell_type: CellType
+    content: str
+    salience: float
+    source_agent: str
+    created_at: datetime
+    last_accessed: datetime
+    layer: Layer
+    embedding: Vector
+    engine: str
+    scene_id: str | None = None
+    session_id: str | None = None
+    superseded_by: str | None = None
+    tombstone: bool = False
+
+    @property
+    def live(self) -> bool:
+        return self.superseded_by is None and not self.tombstone
+
+
+@dataclass(slots=True, eq=False)
+class Scene:
+    """A cluster of cells of one project around a centroid.
+
+    ``vector_sum`` is the float64 sum of the live members' embeddings, so the
+    centroid (its normalisation) moves in O(dims) per membership change and is
+    exact after a reload, which recomputes it from the members.
+    """
+
+    id: str
+    tenant_id: str
+    project_id: str
+    created_at: datetime
+    vector_sum: npt.NDArray[np.float64]
+    members: list[str] = field(default_factory=list)
+    live_count: int = 0
+    summary: str = ""
+    summary_dirty: bool = True
+
+    @property
+    def centroid(self) -> Vector:
+        return normalize(self.vector_sum.astype(np.float32))
+
+
+@dataclass(slots=True, frozen=True)
+class NewCell:
+    """A cell as a caller asks for it, before ids, embedding and scene are settled.
+
+    ``embedding`` is an optional caller-supplied vector; when absent the
+    service embeds ``content``.
+    """
+
+    content: str
+    cell_type: CellType
+    salience: float = 0.5
+    layer: Layer | None = None
+    project_id: str | None = None
+    session_id: str | None = None
+    scene_id: str | None = None
+    embedding: tuple[float, ...] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Session:
+    id: str
+    tenant_id: str
+    agent_id: str
+    project_id: str
+    opened_at: datetime
+    closed_at: datetime | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+
+def normalize(vector: npt.NDArray[np.floating]) -> Vector:
+    """Unit-norm float32 copy of ``vector``; the zero vector stays zero."""
+    v = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(v))
+    if norm == 0.0 or not np.isfinite(norm):
+        return np.zeros_like(v)
+    return (v / norm).astype(np.float32)

@@ -1,0 +1,318 @@
+"""The cells and scenes of one partition of the mesh, in memory.
+
+A partition holds whole projects (the shard key is ``(tenant, project)``), so
+joining the nearest scene of a project is an exact, local decision made by one
+writer. Transitions return what changed; the owner persists it. Nothing here
+does I/O or reads a clock: times and new ids arrive as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+
+from mesh.errors import NotFound, ValidationFailed
+from mesh.model import Cell, CellType, Layer, Scene, Vector, normalize
+from mesh.query import NodeFilter
+from mesh.summary import extractive_summary
+from mesh.tuning import SceneTuning
+from mesh.vector_index import BoolMask, VectorIndex
+
+_LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
+_TYPE_CODE = {t: i for i, t in enumerate(CellType)}
+
+
+def shard_for(key: str, shards: int) -> int:
+    """The one mapping from a partition key to a shard number (stable across processes)."""
+    import hashlib
+
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % shards
+
+
+def partition_key(tenant_id: str, project_id: str) -> str:
+    return f"{tenant_id}\x1f{project_id}"
+
+
+@dataclass(slots=True)
+class WriteOutcome:
+    """Cells as stored (with their scene), and the scenes this write founded."""
+
+    cells: list[Cell] = field(default_factory=list)
+    founded: list[Scene] = field(default_factory=list)
+    created: list[Cell] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ConsolidationOutcome:
+    scene: Scene
+    patterns: list[Cell]
+    superseded: list[Cell]
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def code(self, value: str | None) -> int:
+        if value is None:
+            return -1
+        return self.codes.setdefault(value, len(self.codes))
+
+    def lookup(self, value: str) -> int:
+        return self.codes.get(value, -2)
+
+
+class _TenantCells:
+    """A tenant's cell vectors with the columns filters need, row-aligned."""
+
+    def __init__(self, dims: int) -> None:
+        self.index = VectorIndex(dims)
+        self.layer = np.zeros(256, dtype=np.int8)
+        self.cell_type = np.zeros(256, dtype=np.int8)
+        self.scene = np.zeros(256, dtype=np.int32)
+        self.agent = np.zeros(256, dtype=np.int32)
+        self.project = np.zeros(256, dtype=np.int32)
+        self.superseded = np.zeros(256, dtype=np.bool_)
+        self.strings = _Interner()
+
+    def put(self, cell: Cell) -> None:
+        row = self.index.upsert(cell.id, cell.embedding, live=not cell.tombstone)
+        if row >= self.layer.shape[0]:
+            for name in ("layer", "cell_type", "scene", "agent", "project", "superseded"):
+                old = getattr(self, name)
+                new = np.zeros(old.shape[0] * 2, dtype=old.dtype)
+                new[: old.shape[0]] = old
+                setattr(self, name, new)
+        self.layer[row] = _LAYER_CODE[cell.layer]
+        self.cell_type[row] = _TYPE_CODE[cell.cell_type]
+        self.scene[row] = self.strings.code(cell.scene_id)
+        self.agent[row] = self.strings.code(cell.source_agent)
+        self.project[row] = self.strings.code(cell.project_id)
+        self.superseded[row] = cell.superseded_by is not None
+
+    def mask(self, flt: NodeFilter) -> BoolMask:
+        n = self.index.size
+        mask = np.ones(n, dtype=np.bool_)
+        if not flt.include_superseded:
+            mask &= ~self.superseded[:n]
+        if flt.layer is not None:
+            mask &= self.layer[:n] == _LAYER_CODE[flt.layer]
+        if flt.cell_types is not None:
+            mask &= np.isin(self.cell_type[:n], [_TYPE_CODE[t] for t in flt.cell_types])
+        if flt.scene_id is not None:
+            mask &= self.scene[:n] == self.strings.lookup(flt.scene_id)
+        if flt.source_agent is not None:
+            mask &= self.agent[:n] == self.strings.lookup(flt.source_agent)
+        if flt.project_ids is not None:
+            mask &= np.isin(self.project[:n], [self.strings.lookup(p) for p in flt.project_ids])
+        return mask
+
+
+class MemoryPartition:
+    """Cells and scenes of the projects one shard owns.
+
+    Guarantees: writes are idempotent by cell id (a retried write returns the
+    stored cell and changes nothing); searches see only the caller's tenant;
+    a cell is searchable by default only while live.
+    """
+
+    def __init__(self, dims: int, tuning: SceneTuning) -> None:
+        self.dims = dims
+        self.tuning = tuning
+        self.cells: dict[str, Cell] = {}
+        self.scenes: dict[str, Scene] = {}
+        self._tenants: dict[str, _TenantCells] = {}
+        self._centroids: dict[tuple[str, str], VectorIndex] = {}
+
+    # ----------------------------------------------------------------- loading
+    def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
+        """Rebuild from stored rows; centroids are recomputed from live members."""
+        for scene in scenes:
+            scene.vector_sum = np.zeros(self.dims, dtype=np.float64)
+            scene.members, scene.live_count, scene.summary_dirty = [], 0, True
+            self.scenes[scene.id] = scene
+        for cell in sorted(cells, key=lambda c: c.id):
+            self._insert(cell)
+        for scene in self.scenes.values():
+            self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+
+    # ------------------------------------------------------------------ writes
+    def write(self, cells: list[Cell], new_scene_ids: list[str]) -> WriteOutcome:
+        """Store ``cells`` in order; each joins a scene or founds one with the next id of ``new_scene_ids``."""
+        outcome = WriteOutcome()
+        spare = iter(new_scene_ids)
+        for cell in cells:
+            stored = self.cells.get(cell.id)
+            if stored is not None:
+                outcome.cells.append(stored)
+                continue
+            if cell.embedding.shape != (self.dims,):
+                raise ValidationFailed("embedding has the wrong number of dimensions")
+            scene = self._scene_for(cell, spare, outcome)
+            cell.scene_id = scene.id
+            self._insert(cell)
+            self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+            outcome.cells.append(cell)
+            outcome.created.append(cell)
+        return outcome
+
+    def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome) -> Scene:
+        if cell.scene_id is not None:
+            scene = self.scenes.get(cell.scene_id)
+            if scene is None or scene.tenant_id != cell.tenant_id:
+                raise NotFound("scene not found")
+            if scene.project_id != cell.project_id:
+                raise ValidationFailed("scene_id belongs to another project")
+            return scene
+        index = self._centroids.get((cell.tenant_id, cell.project_id))
+        if index is not None:
+            best = index.search(cell.embedding, 1)
+            if best and best[0][1] >= self.tuning.join_similarity:
+                return self.scenes[best[0][0]]
+        scene_id = next(iter(spare), None)
+        if scene_id is None:
+            raise ValidationFailed("no scene id left for a new scene")
+        scene = Scene(
+            id=scene_id,
+            tenant_id=cell.tenant_id,
+            project_id=cell.project_id,
+            created_at=cell.created_at,
+            vector_sum=np.zeros(self.dims, dtype=np.float64),
+        )
+        self.scenes[scene.id] = scene
+        outcome.founded.append(scene)
+        return scene
+
+    def _insert(self, cell: Cell) -> None:
+        self.cells[cell.id] = cell
+        self._tenant(cell.tenant_id).put(cell)
+        scene = self.scenes.get(cell.scene_id) if cell.scene_id else None
+        if scene is not None:
+            scene.members.append(cell.id)
+            if cell.live:
+                scene.vector_sum += cell.embedding
+                scene.live_count += 1
+            scene.summary_dirty = True
+
+    def touch(self, cell_ids: Iterable[str], now: datetime) -> list[Cell]:
+        """Set ``last_accessed``; returns the cells it changed."""
+        touched = []
+        for cid in cell_ids:
+            cell = self.cells.get(cid)
+            if cell is not None and cell.last_accessed < now:
+                cell.last_accessed = now
+                touched.append(cell)
+        return touched
+
+    # ------------------------------------------------------------------- reads
+    def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
+        """The ``k`` cells of ``tenant_id`` nearest ``query`` that pass ``flt``, best first."""
+        if flt.tenant_id is not None and flt.tenant_id != tenant_id:
+            return []
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
+            return []
+        hits = tenant.index.search(query, k, tenant.mask(flt))
+        return [(self.cells[cid], sim) for cid, sim in hits]
+
+    def scene(self, tenant_id: str, scene_id: str) -> Scene:
+        """The scene with a fresh summary; absent and out-of-tenant are the same NotFound."""
+        scene = self.scenes.get(scene_id)
+        if scene is None or scene.tenant_id != tenant_id:
+            raise NotFound("scene not found")
+        if scene.summary_dirty:
+            members = [self.cells[m] for m in scene.members]
+            scene.summary = extractive_summary(members, scene.centroid, self.tuning)
+            scene.summary_dirty = False
+        return scene
+
+    def list_scenes(self, tenant_id: str, project_id: str | None, after: str | None, limit: int) -> list[Scene]:
+        """Scenes of the tenant in id order (creation order for v7 ids), strictly after ``after``."""
+        rows = sorted(
+            s.id
+            for s in self.scenes.values()
+            if s.tenant_id == tenant_id
+            and (project_id is None or s.project_id == project_id)
+            and (after is None or s.id > after)
+        )
+        return [self.scene(tenant_id, sid) for sid in rows[:limit]]
+
+    # ----------------------------------------------------------- consolidation
+    def consolidate(self, tenant_id: str, scene_id: str, pattern_ids: list[str], source_agent: str, now: datetime) -> ConsolidationOutcome:
+        """Abstract groups of near-duplicate live L0 members into L1 Patterns.
+
+        Groups are found greedily, seeds in order of salience then id, so the
+        result is deterministic. Each group of at least ``min_group`` cells
+        becomes one Pattern (content quoted from its most central member,
+        embedding the normalised mean, salience the group's maximum) and its
+        members get ``superseded_by``. The centroid is then recomputed from the
+        live members and the summary redone.
+        """
+        scene = self.scene(tenant_id, scene_id)
+        ids = iter(pattern_ids)
+        members = [self.cells[m] for m in scene.members]
+        pool = sorted((c for c in members if c.live and c.layer is Layer.L0), key=lambda c: (-c.salience, c.id))
+        taken: set[str] = set()
+        patterns: list[Cell] = []
+        superseded: list[Cell] = []
+        for seed in pool:
+            if seed.id in taken:
+                continue
+            group = [c for c in pool if c.id not in taken and float(np.dot(c.embedding, seed.embedding)) >= self.tuning.duplicate_similarity]
+            if len(group) < self.tuning.min_group:
+                continue
+            pattern_id = next(ids, None)
+            if pattern_id is None:
+                break
+            mean = normalize(np.mean([c.embedding for c in group], axis=0))
+            central = max(group, key=lambda c: (float(np.dot(c.embedding, mean)), -c.created_at.timestamp()))
+            pattern = Cell(
+                id=pattern_id,
+                tenant_id=tenant_id,
+                project_id=scene.project_id,
+                cell_type=CellType.PATTERN,
+                content=central.content,
+                salience=max(c.salience for c in group),
+                source_agent=source_agent,
+                created_at=now,
+                last_accessed=now,
+                layer=Layer.L1,
+                embedding=mean,
+                engine=seed.engine,
+                scene_id=scene.id,
+            )
+            for cell in group:
+                taken.add(cell.id)
+                cell.superseded_by = pattern_id
+                self._tenant(tenant_id).put(cell)
+                superseded.append(cell)
+            self._insert(pattern)
+            patterns.append(pattern)
+        self._recompute(scene)
+        return ConsolidationOutcome(scene=self.scene(tenant_id, scene_id), patterns=patterns, superseded=superseded)
+
+    def _recompute(self, scene: Scene) -> None:
+        live = [self.cells[m] for m in scene.members if self.cells[m].live]
+        scene.vector_sum = np.sum([c.embedding for c in live], axis=0, dtype=np.float64) if live else np.zeros(self.dims, dtype=np.float64)
+        scene.live_count = len(live)
+        scene.summary_dirty = True
+        self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+
+    # ----------------------------------------------------------------- helpers
+    def _tenant(self, tenant_id: str) -> _TenantCells:
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None:
+            tenant = self._tenants[tenant_id] = _TenantCells(self.dims)
+        return tenant
+
+    def _centroid_index(self, scene: Scene) -> VectorIndex:
+        key = (scene.tenant_id, scene.project_id)
+        index = self._centroids.get(key)
+        if index is None:
+            index = self._centroids[key] = VectorIndex(self.dims, capacity=16)
+        return index
+

@@ -1,0 +1,49 @@
+"""Query filters and the recall blend."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from mesh.model import Cell, CellType, Layer
+from mesh.tuning import RecallTuning
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFilter:
+    """Structural filter of ``query`` and ``recall``.
+
+    ``tenant_id`` and ``source_agent`` are client conveniences: the server
+    confines every read to the caller's tenant before this filter applies, so a
+    ``tenant_id`` naming another tenant matches nothing.
+    ``include_superseded`` lets a caller see abstracted cells (default: live only).
+    """
+
+    cell_types: frozenset[CellType] | None = None
+    scene_id: str | None = None
+    source_agent: str | None = None
+    tenant_id: str | None = None
+    layer: Layer | None = None
+    project_ids: frozenset[str] | None = None
+    include_superseded: bool = False
+
+
+def recall_score(similarity: float, cell: Cell, now: datetime, tuning: RecallTuning) -> float:
+    """The recall blend of similarity, salience and recency (see :class:`RecallTuning`)."""
+    age = max(0.0, (now - cell.last_accessed).total_seconds())
+    recency = math.pow(2.0, -age / tuning.recency_half_life_s) if tuning.recency_half_life_s > 0 else 0.0
+    return (
+        tuning.w_similarity * similarity
+        + tuning.w_salience * cell.salience
+        + tuning.w_recency * recency
+    )
+
+
+def rerank_for_recall(
+    hits: list[tuple[Cell, float]], k: int, now: datetime, tuning: RecallTuning
+) -> list[tuple[Cell, float]]:
+    """Re-rank similarity hits by the recall blend; ties go to the more similar, then the smaller id."""
+    scored = [(cell, recall_score(sim, cell, now, tuning), sim) for cell, sim in hits]
+    scored.sort(key=lambda t: (-t[1], -t[2], t[0].id))
+    return [(cell, score) for cell, score, _ in scored[:k]]

@@ -1,0 +1,48 @@
+"""Tuning values of the mesh, with their documented defaults.
+
+The settings class (``cluster.settings``) exposes every field; the core only
+ever receives these frozen objects, never reads settings itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class SceneTuning:
+    """How cells gather into scenes and how consolidation abstracts them.
+
+    join_similarity: a new cell joins the nearest scene of its project when the
+        cosine to its centroid is at least this, else it founds a scene.
+    duplicate_similarity: live L0 cells of one scene at least this close are
+        near-duplicates; consolidation abstracts each group into a Pattern.
+    min_group: the smallest group consolidation abstracts.
+    summary_members: how many members the extractive summary quotes.
+    summary_chars: the longest quote taken from one member.
+    """
+
+    join_similarity: float = 0.55
+    duplicate_similarity: float = 0.9
+    min_group: int = 2
+    summary_members: int = 3
+    summary_chars: int = 240
+
+
+@dataclass(frozen=True, slots=True)
+class RecallTuning:
+    """How ``recall`` blends similarity with salience and recency.
+
+    score = similarity * w_similarity + salience * w_salience
+            + 2^(-age / recency_half_life_s) * w_recency,
+    where age is the time since the node was last accessed. ``recall`` first
+    takes the ``candidates_factor * k`` most similar nodes (at least
+    ``min_candidates``), then re-ranks them by the blend.
+    """
+
+    w_similarity: float = 0.75
+    w_salience: float = 0.15
+    w_recency: float = 0.10
+    recency_half_life_s: float = 7 * 24 * 3600.0
+    candidates_factor: int = 4
+    min_candidates: int = 32

@@ -1,0 +1,75 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AgentRef(_message.Message):
+    __slots__ = ("agent_id",)
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    def __init__(self, agent_id: _Optional[str] = ...) -> None: ...
+
+class AgentRecord(_message.Message):
+    __slots__ = ("agent_id", "tenant_id", "display_name", "roles", "status", "read_scope", "created_at", "updated_at")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    READ_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    tenant_id: str
+    display_name: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    status: str
+    read_scope: _containers.RepeatedScalarFieldContainer[str]
+    created_at: str
+    updated_at: str
+    def __init__(self, agent_id: _Optional[str] = ..., tenant_id: _Optional[str] = ..., display_name: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., status: _Optional[str] = ..., read_scope: _Optional[_Iterable[str]] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ...) -> None: ...
+
+class IssueAgentRequest(_message.Message):
+    __slots__ = ("display_name", "tenant_id", "credential_kind", "roles", "read_scope")
+    DISPLAY_NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_KIND_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    READ_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    display_name: str
+    tenant_id: str
+    credential_kind: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    read_scope: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, display_name: _Optional[str] = ..., tenant_id: _Optional[str] = ..., credential_kind: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., read_scope: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class IssuedCredential(_message.Message):
+    __slots__ = ("agent_id", "plaintext_secret")
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAINTEXT_SECRET_FIELD_NUMBER: _ClassVar[int]
+    agent_id: str
+    plaintext_secret: str
+    def __init__(self, agent_id: _Optional[str] = ..., plaintext_secret: _Optional[str] = ...) -> None: ...
+
+class ListAgentsRequest(_message.Message):
+    __slots__ = ("cursor", "limit")
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    cursor: str
+    limit: int
+    def __init__(self, cursor: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListAgentsResponse(_message.Message):
+    __slots__ = ("agents", "next_cursor")
+    AGENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    agents: _containers.RepeatedCompositeFieldContainer[AgentRecord]
+    next_cursor: str
+    def __init__(self, agents: _Optional[_Iterable[_Union[AgentRecord, _Mapping]]] = ..., next_cursor: _Optional[str] = ...) -> None: ...
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
