@@ -91,8 +91,21 @@ def cells_to_arrow(cells: Iterable[Cell], dims: int) -> pa.Table:
     schema = cell_schema(dims)
     columns: dict[str, Any] = {
         name: [getattr(c, name) for c in cells]
-        for name in ("id", "tenant_id", "project_id", "content", "salience", "source_agent", "created_at",
-                     "last_accessed", "scene_id", "session_id", "superseded_by", "tombstone", "engine")
+        for name in (
+            "id",
+            "tenant_id",
+            "project_id",
+            "content",
+            "salience",
+            "source_agent",
+            "created_at",
+            "last_accessed",
+            "scene_id",
+            "session_id",
+            "superseded_by",
+            "tombstone",
+            "engine",
+        )
     }
     columns["cell_type"] = [c.cell_type.value for c in cells]
     columns["layer"] = [c.layer.value for c in cells]

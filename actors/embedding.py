@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from typing import Any, Protocol
 
 import numpy as np
@@ -27,6 +29,7 @@ import numpy.typing as npt
 from mesh.errors import ConfigInvalid, EmbeddingFailed
 
 Matrix = npt.NDArray[np.float32]
+log = logging.getLogger(__name__)
 
 
 class EmbeddingEngine(Protocol):
@@ -50,7 +53,7 @@ class HashEngine:
 
     def _features(self, text: str) -> list[str]:
         words = _WORD.findall(text.lower())
-        return words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+        return words + [f"{a} {b}" for a, b in pairwise(words)]
 
     def encode(self, texts: list[str]) -> Matrix:
         out = np.zeros((len(texts), self.dims), dtype=np.float32)
@@ -61,7 +64,8 @@ class HashEngine:
                 out[row, value % self.dims] += 1.0 if (value >> 63) & 1 else -1.0
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return out / norms
+        result: Matrix = (out / norms).astype(np.float32)
+        return result
 
 
 class MiniLMEngine:
@@ -97,7 +101,8 @@ class MiniLMEngine:
     def encode(self, texts: list[str]) -> Matrix:
         model = self._load()
         vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+        result: Matrix = np.asarray(vectors, dtype=np.float32)
+        return result
 
 
 def make_engine(name: str, dims: int = 384, threads: int | None = None) -> EmbeddingEngine:
@@ -146,7 +151,8 @@ class Embedder:
         return await future
 
     async def embed_one(self, text: str) -> npt.NDArray[np.float32]:
-        return (await self.embed([text]))[0]
+        row: npt.NDArray[np.float32] = (await self.embed([text]))[0]
+        return row
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
@@ -157,20 +163,20 @@ class Embedder:
                 item = self._queue.pop(0)
                 batch.append(item)
                 size += len(item[0])
-            texts = [t for item, _ in batch for t in item]
+            texts = [t for chunk, _ in batch for t in chunk]
             try:
                 vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)
-            except Exception as exc:  # noqa: BLE001 - every waiter learns of it
+            except Exception:  # every waiter learns of it
+                log.exception("embedding failed")
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(EmbeddingFailed("the embedding engine failed"))
-                del exc
                 continue
             offset = 0
-            for item, future in batch:
+            for chunk, future in batch:
                 if not future.done():
-                    future.set_result(vectors[offset : offset + len(item)])
-                offset += len(item)
+                    future.set_result(vectors[offset : offset + len(chunk)])
+                offset += len(chunk)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

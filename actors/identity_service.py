@@ -84,7 +84,12 @@ class IdentityService:
             self._cache.pop(key_hash, None)
 
     async def issue(
-        self, actor: Principal, tenant_id: str, display_name: str, roles: list[str], read_scope: list[str] | None = None,
+        self,
+        actor: Principal,
+        tenant_id: str,
+        display_name: str,
+        roles: list[str],
+        read_scope: list[str] | None = None,
         credential_kind: str = "api_key_hash",
     ) -> IssuedCredential:
         require_admin(actor)
@@ -112,7 +117,7 @@ class IdentityService:
         if not 1 <= limit <= 500:
             raise ValidationFailed("limit must be between 1 and 500")
         tenant = None if actor.is_service_admin else actor.tenant_id
-        agents: list[Agent] = await self._dir.registry().call("list", tenant, after, limit + 1)
+        agents: list[Agent] = await self._dir.registry().call("list_agents", tenant, after, limit + 1)
         return agents[:limit], len(agents) > limit
 
     async def apply(self, actor: Principal, agent_id: str, action: str) -> tuple[Agent, str | None]:
@@ -132,5 +137,7 @@ class IdentityService:
 
     async def ensure_bootstrap_admin(self) -> str | None:
         """The bootstrap key's plaintext when this call created the admin, else None."""
-        _, plaintext = await self._dir.registry().call("ensure_bootstrap_admin", self._ids.new(), self._clock())
-        return plaintext
+        answer: tuple[Agent, str | None] = await self._dir.registry().call(
+            "ensure_bootstrap_admin", self._ids.new(), self._clock()
+        )
+        return answer[1]

@@ -155,13 +155,17 @@ class MemoryService:
         return normalize(vector)
 
     # --------------------------------------------------------------- reading
-    async def query(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter) -> list[Cell]:
+    async def query(
+        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+    ) -> list[Cell]:
         """Live cells nearest the query, by similarity alone."""
         vector = await self._query_vector(text, embedding, k)
         hits = await self._search(principal, vector, k, flt)
         return [cell for cell, _ in hits]
 
-    async def recall(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter) -> list[Cell]:
+    async def recall(
+        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+    ) -> list[Cell]:
         """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
         vector = await self._query_vector(text, embedding, k)
         pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
@@ -225,10 +229,12 @@ class MemoryService:
 
     # ----------------------------------------------------------------- scenes
     async def get_scene(self, principal: Principal, scene_id: str) -> Scene:
-        shard, scene = await self._find_scene(principal, scene_id)
+        _, scene = await self._find_scene(principal, scene_id)
         return scene
 
-    async def list_scenes(self, principal: Principal, project_id: str | None, after: str | None, limit: int) -> tuple[list[Scene], bool]:
+    async def list_scenes(
+        self, principal: Principal, project_id: str | None, after: str | None, limit: int
+    ) -> tuple[list[Scene], bool]:
         """One keyset page of scenes (id order) and whether more follow."""
         if not 1 <= limit <= self._limits.max_list:
             raise ValidationFailed(f"limit must be between 1 and {self._limits.max_list}")

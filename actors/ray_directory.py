@@ -12,6 +12,8 @@ a 2-core machine must hold all of them.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import Any
 
 import ray
@@ -51,11 +53,7 @@ class RayRef:
 
 
 def _actor(cls: type, name: str, namespace: str, *args: Any) -> RayRef:
-    handle = (
-        ray.remote(cls)
-        .options(name=name, namespace=namespace, get_if_exists=True, **_ACTOR_OPTIONS)
-        .remote(*args)
-    )
+    handle: Any = ray.remote(cls).options(name=name, namespace=namespace, get_if_exists=True, **_ACTOR_OPTIONS).remote(*args)
     return RayRef(handle, name)
 
 
@@ -81,10 +79,8 @@ class RayDirectory:
 
     async def close(self) -> None:
         for ref in [*self._shards, self._registry]:
-            try:
+            with contextlib.suppress(Exception):  # already gone is fine at shutdown
                 ray.kill(ref.handle, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone is fine at shutdown
-                pass
 
 
 def connect(address: str | None, namespace: str) -> None:
@@ -95,7 +91,7 @@ def connect(address: str | None, namespace: str) -> None:
         address=address,
         namespace=namespace,
         include_dashboard=False,
-        logging_level="WARNING",
+        logging_level=logging.WARNING,
         log_to_driver=False,
     )
 

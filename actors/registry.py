@@ -118,7 +118,9 @@ class Registry:
         for agent in self._agents.values():
             if agent.bootstrap:
                 return agent, None
-        return await self.issue(agent_id, SYSTEM_TENANT, "bootstrap-admin", frozenset({Role.SERVICE_ADMIN}), frozenset(), now, bootstrap=True)
+        return await self.issue(
+            agent_id, SYSTEM_TENANT, "bootstrap-admin", frozenset({Role.SERVICE_ADMIN}), frozenset(), now, bootstrap=True
+        )
 
     async def get(self, agent_id: str) -> Agent:
         await self._ready()
@@ -127,11 +129,13 @@ class Registry:
             raise NotFound("agent not found")
         return agent
 
-    async def list(self, tenant_id: str | None, after: str | None, limit: int) -> list[Agent]:
+    async def list_agents(self, tenant_id: str | None, after: str | None, limit: int) -> list[Agent]:
         """Agents in id order strictly after ``after``, optionally of one tenant."""
         await self._ready()
         ids = sorted(
-            a.id for a in self._agents.values() if (tenant_id is None or a.tenant_id == tenant_id) and (after is None or a.id > after)
+            a.id
+            for a in self._agents.values()
+            if (tenant_id is None or a.tenant_id == tenant_id) and (after is None or a.id > after)
         )
         return [self._agents[i] for i in ids[:limit]]
 
@@ -194,4 +198,3 @@ class Registry:
         latest = {s.id: s for s in sessions}
         await self._session_table.upsert(sessions_to_arrow(latest.values()))
         await self._session_table.optimize_if_due(self.config.optimize_every)
-

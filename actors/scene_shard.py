@@ -147,7 +147,7 @@ class SceneShard:
         async def run() -> None:
             try:
                 await coro  # type: ignore[misc]
-            except Exception:  # noqa: BLE001 - soft state: logged, retried by the next touch
+            except Exception:
                 log.warning("background commit failed", exc_info=True)
 
         task = asyncio.get_running_loop().create_task(run())

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
-
 import pyarrow as pa
 
 from mesh.errors import MemeshError, StorageUnavailable

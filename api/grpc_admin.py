@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from memesh_proto import admin_pb2, admin_pb2_grpc
 
 from actors.facade import Bucket, Memesh
 from api.errors import grpc_status
-from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Agent, Principal
 
@@ -33,7 +33,7 @@ def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
     )
 
 
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     def __init__(self, memesh: Memesh) -> None:
         self.memesh = memesh
 
@@ -49,7 +49,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def IssueAgent(self, request: admin_pb2.IssueAgentRequest, context: Any) -> admin_pb2.IssuedCredential:  # noqa: N802
         async def work(p: Principal) -> admin_pb2.IssuedCredential:
             issued = await self.memesh.identity.issue(
-                p, request.tenant_id, request.display_name, list(request.roles), list(request.read_scope),
+                p,
+                request.tenant_id,
+                request.display_name,
+                list(request.roles),
+                list(request.read_scope),
                 request.credential_kind or "api_key_hash",
             )
             return admin_pb2.IssuedCredential(agent_id=issued.agent.id, plaintext_secret=issued.plaintext_secret)

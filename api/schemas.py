@@ -31,7 +31,9 @@ class CellIn(_Request):
     project_id: StrictStr | None = Field(None, min_length=1, max_length=128)
     session_id: UUID | None = None
     scene_id: UUID | None = None
-    embedding: Vector | None = Field(None, description="Optional caller-supplied vector; its length must be the service's dimension.")
+    embedding: Vector | None = Field(
+        None, description="Optional caller-supplied vector; its length must be the service's dimension."
+    )
 
 
 class CellBatchIn(_Request):

@@ -133,7 +133,12 @@ async def get_scene(scene_id: UUID, principal: Reader, core: Core) -> SceneOut:
     return SceneOut.of(await core.memory.get_scene(principal, str(scene_id)))
 
 
-@router.post("/scenes/{scene_id}/consolidate", response_model=ConsolidationOut, tags=["scenes"], summary="Recompute a scene and abstract near-duplicates")
+@router.post(
+    "/scenes/{scene_id}/consolidate",
+    response_model=ConsolidationOut,
+    tags=["scenes"],
+    summary="Recompute a scene and abstract near-duplicates",
+)
 async def consolidate(scene_id: UUID, principal: Writer, core: Core) -> ConsolidationOut:
     report = await core.memory.consolidate(principal, str(scene_id))
     return ConsolidationOut(
@@ -157,5 +162,3 @@ def _decode_cursor(cursor: str | None) -> str | None:
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValidationFailed("cursor is not one this service issued") from None
     return value
-
-

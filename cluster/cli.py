@@ -51,7 +51,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     import grpc
-
     from memesh_proto import admin_pb2, admin_pb2_grpc
 
     try:
@@ -90,14 +89,20 @@ def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> An
     if verb == "issue":
         issued = stub.IssueAgent(
             pb.IssueAgentRequest(
-                tenant_id=args.tenant, display_name=args.display_name, roles=args.role,
-                read_scope=args.read_scope or [], credential_kind="api_key_hash",
+                tenant_id=args.tenant,
+                display_name=args.display_name,
+                roles=args.role,
+                read_scope=args.read_scope or [],
+                credential_kind="api_key_hash",
             ),
-            metadata=metadata, timeout=timeout,
+            metadata=metadata,
+            timeout=timeout,
         )
         return {"agent_id": issued.agent_id, "plaintext_secret": issued.plaintext_secret}
     if verb == "list":
-        page = stub.ListAgents(pb.ListAgentsRequest(cursor=args.cursor or "", limit=args.limit), metadata=metadata, timeout=timeout)
+        page = stub.ListAgents(
+            pb.ListAgentsRequest(cursor=args.cursor or "", limit=args.limit), metadata=metadata, timeout=timeout
+        )
         return {"agents": [_record(a) for a in page.agents], "next_cursor": page.next_cursor or None}
     ref = pb.AgentRef(agent_id=args.agent_id)
     if verb == "get":

@@ -6,6 +6,7 @@ in-process directory, embedding engine, storage URI).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -110,10 +111,12 @@ async def write_bootstrap_key(memesh: Memesh, data_dir: Path) -> Path | None:
     plaintext = await memesh.identity.ensure_bootstrap_admin()
     if plaintext is None:
         return None
-    path = data_dir / BOOTSTRAP_KEY_FILE
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if path.exists():
-        path.unlink()
+    return await asyncio.to_thread(_write_key_file, data_dir / BOOTSTRAP_KEY_FILE, plaintext)
+
+
+def _write_key_file(path: Path, plaintext: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(plaintext + "\n")

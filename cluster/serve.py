@@ -78,7 +78,7 @@ async def serve(settings: Settings) -> None:
     # route both signals to uvicorn's graceful exit instead.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.handle_exit, sig, None)
-    server.capture_signals = _no_capture  # type: ignore[method-assign]
+    server.capture_signals = _no_capture  # type: ignore[method-assign,assignment]
     try:
         await server.serve()
     finally:

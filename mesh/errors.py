@@ -136,8 +136,8 @@ class InternalError(MemeshError):
 
 
 __all__ = [
-    "Conflict",
     "ConfigInvalid",
+    "Conflict",
     "DimensionMismatch",
     "EmbeddingFailed",
     "ErrorCode",

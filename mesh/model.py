@@ -35,7 +35,8 @@ class Layer(StrEnum):
     L2 = "L2"
 
     @property
-    def index(self) -> int:
+    def depth(self) -> int:
+        """0, 1 or 2: the layer's number (the observatory's ``walk_layer``)."""
         return int(self.value[1])
 
 

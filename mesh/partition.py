@@ -235,14 +235,14 @@ class MemoryPartition:
         rows = sorted(
             s.id
             for s in self.scenes.values()
-            if s.tenant_id == tenant_id
-            and (project_id is None or s.project_id == project_id)
-            and (after is None or s.id > after)
+            if s.tenant_id == tenant_id and (project_id is None or s.project_id == project_id) and (after is None or s.id > after)
         )
         return [self.scene(tenant_id, sid) for sid in rows[:limit]]
 
     # ----------------------------------------------------------- consolidation
-    def consolidate(self, tenant_id: str, scene_id: str, pattern_ids: list[str], source_agent: str, now: datetime) -> ConsolidationOutcome:
+    def consolidate(
+        self, tenant_id: str, scene_id: str, pattern_ids: list[str], source_agent: str, now: datetime
+    ) -> ConsolidationOutcome:
         """Abstract groups of near-duplicate live L0 members into L1 Patterns.
 
         Groups are found greedily, seeds in order of salience then id, so the
@@ -262,7 +262,11 @@ class MemoryPartition:
         for seed in pool:
             if seed.id in taken:
                 continue
-            group = [c for c in pool if c.id not in taken and float(np.dot(c.embedding, seed.embedding)) >= self.tuning.duplicate_similarity]
+            group = [
+                c
+                for c in pool
+                if c.id not in taken and float(np.dot(c.embedding, seed.embedding)) >= self.tuning.duplicate_similarity
+            ]
             if len(group) < self.tuning.min_group:
                 continue
             pattern_id = next(ids, None)
@@ -297,7 +301,9 @@ class MemoryPartition:
 
     def _recompute(self, scene: Scene) -> None:
         live = [self.cells[m] for m in scene.members if self.cells[m].live]
-        scene.vector_sum = np.sum([c.embedding for c in live], axis=0, dtype=np.float64) if live else np.zeros(self.dims, dtype=np.float64)
+        scene.vector_sum = (
+            np.sum([c.embedding for c in live], axis=0, dtype=np.float64) if live else np.zeros(self.dims, dtype=np.float64)
+        )
         scene.live_count = len(live)
         scene.summary_dirty = True
         self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
@@ -315,4 +321,3 @@ class MemoryPartition:
         if index is None:
             index = self._centroids[key] = VectorIndex(self.dims, capacity=16)
         return index
-

@@ -33,16 +33,10 @@ def recall_score(similarity: float, cell: Cell, now: datetime, tuning: RecallTun
     """The recall blend of similarity, salience and recency (see :class:`RecallTuning`)."""
     age = max(0.0, (now - cell.last_accessed).total_seconds())
     recency = math.pow(2.0, -age / tuning.recency_half_life_s) if tuning.recency_half_life_s > 0 else 0.0
-    return (
-        tuning.w_similarity * similarity
-        + tuning.w_salience * cell.salience
-        + tuning.w_recency * recency
-    )
+    return tuning.w_similarity * similarity + tuning.w_salience * cell.salience + tuning.w_recency * recency
 
 
-def rerank_for_recall(
-    hits: list[tuple[Cell, float]], k: int, now: datetime, tuning: RecallTuning
-) -> list[tuple[Cell, float]]:
+def rerank_for_recall(hits: list[tuple[Cell, float]], k: int, now: datetime, tuning: RecallTuning) -> list[tuple[Cell, float]]:
     """Re-rank similarity hits by the recall blend; ties go to the more similar, then the smaller id."""
     scored = [(cell, recall_score(sim, cell, now, tuning), sim) for cell, sim in hits]
     scored.sort(key=lambda t: (-t[1], -t[2], t[0].id))

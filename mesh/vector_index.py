@@ -45,7 +45,8 @@ class VectorIndex:
         return self._ids[row]
 
     def vector(self, node_id: str) -> Vector:
-        return self._matrix[self._row[node_id]]
+        row: Vector = self._matrix[self._row[node_id]]
+        return row
 
     def upsert(self, node_id: str, vector: Vector, live: bool = True) -> int:
         """Insert or replace ``node_id``; returns its row."""
@@ -86,11 +87,12 @@ class VectorIndex:
         candidates = np.flatnonzero(allowed)
         if candidates.size == 0:
             return []
-        sims = self._matrix[candidates] @ query.astype(np.float32, copy=False) if candidates.size < n // 2 else self.scores(query)[candidates]
-        if k < candidates.size:
-            top = np.argpartition(-sims, k - 1)[:k]
-        else:
-            top = np.arange(candidates.size)
+        sims = (
+            self._matrix[candidates] @ query.astype(np.float32, copy=False)
+            if candidates.size < n // 2
+            else self.scores(query)[candidates]
+        )
+        top = np.argpartition(-sims, k - 1)[:k] if k < candidates.size else np.arange(candidates.size)
         # Stable order: best score first, then earlier row.
         order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), int(candidates[i])))
         return [(self._ids[int(candidates[i])], float(sims[i])) for i in order]
