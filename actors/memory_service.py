@@ -203,6 +203,8 @@ class MemoryService:
 
     # --------------------------------------------------------------- sessions
     async def open_session(self, principal: Principal, project_id: str) -> Session:
+        """Sessions scope writes to a project, so opening one needs a write role."""
+        require_writer(principal)
         self._check_project(project_id)
         if not principal.can_read_project(project_id):
             raise NotFound("project not found")
@@ -218,6 +220,7 @@ class MemoryService:
 
     async def close_session(self, principal: Principal, session_id: str) -> None:
         """Closing is idempotent; another agent's session is a 404 like a missing one."""
+        require_writer(principal)
         await self._session(principal, session_id)
         await self._dir.registry().call("close_session", session_id, self._clock())
 

@@ -1,0 +1,285 @@
+"""The /v1 data plane in-process: real LanceDB, the hash engine, no Ray."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+
+from actors.facade import Memesh
+from tests.unit.conftest import ADMIN, Api, assert_error
+
+NODE_FIELDS = {
+    "id",
+    "tenant_id",
+    "embedding",
+    "node_type",
+    "cell_type",
+    "content",
+    "salience",
+    "source_agent",
+    "created_at",
+    "last_accessed",
+    "layer",
+    "scene_id",
+    "superseded_by",
+}
+
+
+def cell(content: str, cell_type: str = "Fact", **extra: object) -> dict[str, object]:
+    return {"content": content, "cell_type": cell_type, **extra}
+
+
+async def test_write_then_query_and_recall_return_hydrated_nodes(api: Api) -> None:
+    key = await api.key()
+    r = await api.call("POST", "/v1/cells", key, cell("we deploy the api with helm", "Decision", salience=0.8))
+    assert r.status_code == 201, r.text
+    node = r.json()
+    assert set(node) == NODE_FIELDS
+    assert node["tenant_id"] == "t1" and node["layer"] == "L2" and node["superseded_by"] is None
+    assert node["node_type"]["Cell"]["project_id"] == "default"
+    assert node["node_type"]["Cell"]["embedding_engine"] == "hash-384"
+    assert len(node["embedding"]) == 384 and node["scene_id"]
+    datetime.fromisoformat(node["created_at"].replace("Z", "+00:00"))
+    assert node["created_at"].endswith("Z")
+    batch = await api.call("POST", "/v1/cells:batch", key, {"cells": [cell("bananas are yellow"), cell("cats sleep a lot")]})
+    assert batch.status_code == 201
+    assert [n["content"] for n in batch.json()] == ["bananas are yellow", "cats sleep a lot"]
+    for path in ("/v1/query", "/v1/recall"):
+        r = await api.call("POST", path, key, {"text": "how do we deploy the api", "k": 2})
+        assert r.status_code == 200, r.text
+        nodes = r.json()
+        assert [n["content"] for n in nodes][0] == "we deploy the api with helm"
+        assert len(nodes) == 2 and all(set(n) == NODE_FIELDS for n in nodes)
+        assert all("score" not in n for n in nodes)
+
+
+async def test_recall_touches_last_accessed(api: Api) -> None:
+    key = await api.key()
+    written = (await api.call("POST", "/v1/cells", key, cell("the cache lives in redis"))).json()
+    recalled = (await api.call("POST", "/v1/recall", key, {"text": "where is the cache", "k": 1})).json()
+    assert recalled[0]["id"] == written["id"]
+    assert recalled[0]["last_accessed"] > written["last_accessed"]
+    queried = (await api.call("POST", "/v1/query", key, {"text": "where is the cache", "k": 1})).json()
+    assert queried[0]["last_accessed"] == recalled[0]["last_accessed"]
+
+
+async def test_filters_and_layer(api: Api) -> None:
+    key = await api.key()
+    await api.call(
+        "POST",
+        "/v1/cells:batch",
+        key,
+        {
+            "cells": [
+                cell("postgres is the primary database", "Decision"),
+                cell("postgres backups run nightly", "Fact"),
+                cell("postgres may fail over slowly", "Risk"),
+            ]
+        },
+    )
+    q = {"text": "postgres", "k": 10}
+    only_risk = (await api.call("POST", "/v1/query", key, {**q, "filter": {"cell_types": ["Risk"]}})).json()
+    assert [n["cell_type"] for n in only_risk] == ["Risk"]
+    l2 = (await api.call("POST", "/v1/query", key, {**q, "layer": "L2"})).json()
+    assert [n["cell_type"] for n in l2] == ["Decision"]
+    other_tenant = (await api.call("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t2"}})).json()
+    assert other_tenant == []
+    assert len((await api.call("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t1"}})).json()) == 3
+
+
+async def test_tenants_never_see_each_other(api: Api) -> None:
+    k1, k2 = await api.key("t1"), await api.key("t2")
+    mine = (await api.call("POST", "/v1/cells", k1, cell("tenant one secret plan"))).json()
+    assert (await api.call("POST", "/v1/query", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
+    assert (await api.call("POST", "/v1/recall", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
+    assert_error(await api.call("GET", f"/v1/scenes/{mine['scene_id']}", k2), 404, "not_found")
+    assert (await api.call("GET", "/v1/scenes", k2)).json() == {"scenes": [], "next_cursor": None}
+    assert_error(await api.call("POST", f"/v1/scenes/{mine['scene_id']}/consolidate", k2), 404, "not_found")
+    joined = await api.call("POST", "/v1/cells", k2, cell("sneaking in", scene_id=mine["scene_id"]))
+    assert_error(joined, 404, "not_found")
+
+
+async def test_read_scope_confines_an_agent_to_its_projects(api: Api) -> None:
+    writer = await api.key()
+    scoped = await api.key(roles=("Reader",), read_scope=["alpha"])
+    await api.call("POST", "/v1/cells", writer, cell("alpha launch checklist", project_id="alpha"))
+    beta = (await api.call("POST", "/v1/cells", writer, cell("beta launch checklist", project_id="beta"))).json()
+    seen = (await api.call("POST", "/v1/query", scoped, {"text": "launch checklist", "k": 10})).json()
+    assert [n["node_type"]["Cell"]["project_id"] for n in seen] == ["alpha"]
+    assert_error(await api.call("GET", f"/v1/scenes/{beta['scene_id']}", scoped), 404, "not_found")
+    listed = (await api.call("GET", "/v1/scenes", scoped)).json()["scenes"]
+    assert {s["project_id"] for s in listed} == {"alpha"}
+
+
+async def test_reader_cannot_write(api: Api) -> None:
+    reader = await api.key(roles=("Reader",))
+    assert_error(await api.call("POST", "/v1/cells", reader, cell("nope")), 403, "forbidden")
+    assert_error(await api.call("POST", "/v1/sessions", reader, {"project_id": "p"}), 403, "forbidden")
+    assert (await api.call("POST", "/v1/query", reader, {"text": "anything", "k": 1})).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        ({"cell_type": "Fact"}, 422),  # missing field
+        ({"content": 5, "cell_type": "Fact"}, 422),  # wrong type
+        ({"content": "x", "cell_type": "Fact", "salience": "high"}, 422),  # wrong type
+        ({"content": "x", "cell_type": "Fact", "colour": "red"}, 422),  # unknown field
+        ({"content": "x", "cell_type": "Fact", "salience": 1.5}, 400),  # out of range
+        ({"content": "x", "cell_type": "Opinion"}, 400),  # value outside the enum
+        ({"content": "", "cell_type": "Fact"}, 400),  # too short
+        ({"content": "x", "cell_type": "Fact", "session_id": "not-a-uuid"}, 400),
+        ([], 422),  # not an object
+    ],
+)
+async def test_cell_validation(api: Api, body: object, status: int) -> None:
+    key = await api.key()
+    assert_error(await api.call("POST", "/v1/cells", key, body), status, "validation")
+
+
+async def test_transport_level_errors(api: Api) -> None:
+    key = await api.key()
+    raw = await api.http.post(
+        "/v1/query", content=b'{"text": ', headers={"x-service-key": key, "content-type": "application/json"}
+    )
+    assert_error(raw, 400, "validation")
+    plain = await api.http.post("/v1/query", content=b"text=x", headers={"x-service-key": key, "content-type": "text/plain"})
+    assert_error(plain, 415, "validation")
+    assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": 0}), 400, "validation")
+    assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": "3"}), 422, "validation")
+    assert_error(await api.call("POST", "/v1/query", key, {"k": 3}), 400, "validation")
+    assert_error(await api.call("POST", "/v1/query", key, {"embedding": [0.1, 0.2], "k": 3}), 400, "dimension_mismatch")
+    vector_cell = cell("vector supplied", embedding=[0.0] * 383 + [1.0])
+    assert (await api.call("POST", "/v1/cells", key, vector_cell)).status_code == 201
+    assert_error(await api.call("POST", "/v1/cells", key, cell("bad", embedding=[1.0] * 3)), 400, "dimension_mismatch")
+    assert_error(await api.call("GET", "/v1/scenes/not-a-uuid", key), 400, "validation")
+    assert_error(await api.call("GET", "/v1/scenes/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
+    assert_error(await api.call("GET", "/v1/scenes?cursor=%%%", key), 400, "validation")
+    assert_error(await api.call("GET", "/v1/no-such-thing", key), 404, "not_found")
+    assert_error(await api.call("PUT", "/v1/query", key, {}), 405, "validation")
+
+
+async def test_authentication_comes_first(api: Api) -> None:
+    for key in (None, "", "msh_" + "x" * 43, "Bearer whatever"):
+        assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": 1}), 401, "unauthorized")
+    garbage = await api.http.post("/v1/cells", content=b"{not json", headers={"content-type": "text/plain"})
+    assert_error(garbage, 401, "unauthorized")
+    assert (await api.http.get("/healthz")).status_code == 200
+
+
+async def test_revoked_rotated_and_suspended_keys_fail_on_the_next_request(api: Api) -> None:
+    memesh = api.memesh
+    q = {"text": "x", "k": 1}
+    for action in ("revoke", "suspend", "rotate"):
+        issued = await memesh.identity.issue(ADMIN, "t1", action, ["Writer"])
+        key = issued.plaintext_secret
+        assert (await api.call("POST", "/v1/query", key, q)).status_code == 200  # now cached
+        _, new_key = await memesh.identity.apply(ADMIN, issued.agent.id, action)
+        assert_error(await api.call("POST", "/v1/query", key, q), 401, "unauthorized")
+        if action == "rotate":
+            assert new_key and (await api.call("POST", "/v1/query", new_key, q)).status_code == 200
+        if action == "suspend":
+            await memesh.identity.apply(ADMIN, issued.agent.id, "reinstate")
+            assert (await api.call("POST", "/v1/query", key, q)).status_code == 200
+
+
+async def test_rate_limit_answers_429_with_retry_after(make_core: Callable[..., Memesh]) -> None:
+    memesh = make_core(rate_limits={"read": {"rate": 0.5, "burst": 2}})
+    api = Api(memesh)
+    key = await api.key()
+    statuses = [(await api.call("POST", "/v1/query", key, {"text": "x", "k": 1})) for _ in range(3)]
+    assert [r.status_code for r in statuses[:2]] == [200, 200]
+    assert_error(statuses[2], 429, "rate_limited")
+    assert int(statuses[2].headers["retry-after"]) >= 1
+    other = await api.key()
+    assert (await api.call("POST", "/v1/query", other, {"text": "x", "k": 1})).status_code == 200
+    await memesh.close()
+
+
+async def test_sessions_give_cells_their_project(api: Api) -> None:
+    key, other = await api.key(), await api.key()
+    opened = await api.call("POST", "/v1/sessions", key, {"project_id": "apollo"})
+    assert opened.status_code == 200
+    session_id = opened.json()["session_id"]
+    written = (await api.call("POST", "/v1/cells", key, cell("launch at dawn", session_id=session_id))).json()
+    assert written["node_type"]["Cell"] == {**written["node_type"]["Cell"], "project_id": "apollo", "session_id": session_id}
+    clash = await api.call("POST", "/v1/cells", key, cell("x", session_id=session_id, project_id="gemini"))
+    assert_error(clash, 400, "validation")
+    assert_error(await api.call("DELETE", f"/v1/sessions/{session_id}", other), 404, "not_found")
+    assert (await api.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    assert (await api.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    assert_error(await api.call("POST", "/v1/cells", key, cell("late", session_id=session_id)), 400, "validation")
+    assert_error(await api.call("DELETE", "/v1/sessions/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
+    assert_error(await api.call("POST", "/v1/sessions", key, {}), 422, "validation")
+
+
+async def test_scenes_list_get_and_consolidate(api: Api) -> None:
+    key = await api.key()
+    texts = ["deploy the api with helm charts", "deploy the api with helm charts", "bananas are yellow", "rust is fast"]
+    nodes = (await api.call("POST", "/v1/cells:batch", key, {"cells": [cell(t) for t in texts]})).json()
+    dup_scene = nodes[0]["scene_id"]
+    assert nodes[1]["scene_id"] == dup_scene
+    pages, cursor = [], None
+    for _ in range(10):
+        r = (await api.call("GET", "/v1/scenes", key, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
+        pages += r["scenes"]
+        cursor = r["next_cursor"]
+        if cursor is None:
+            break
+    assert len(pages) == len({n["scene_id"] for n in nodes}) == 3
+    scene = (await api.call("GET", f"/v1/scenes/{dup_scene}", key)).json()
+    assert set(scene) >= {"id", "tenant_id", "project_id", "centroid", "summary", "created_at"}
+    assert scene["summary"].startswith("deploy the api with helm charts")
+    report = await api.call("POST", f"/v1/scenes/{dup_scene}/consolidate", key)
+    assert report.status_code == 200, report.text
+    body = report.json()
+    assert sorted(body["cells_superseded"]) == sorted([nodes[0]["id"], nodes[1]["id"]])
+    (pattern,) = body["patterns_created"]
+    assert pattern["layer"] == "L1" and pattern["cell_type"] == "Pattern"
+    hits = (await api.call("POST", "/v1/query", key, {"text": "deploy the api with helm charts", "k": 10})).json()
+    ids = [n["id"] for n in hits]
+    assert pattern["id"] == ids[0] and nodes[0]["id"] not in ids and nodes[1]["id"] not in ids
+    assert body["scene"]["member_count"] == 1
+
+
+async def test_everything_survives_a_restart_on_the_same_data(make_core: Callable[..., Memesh]) -> None:
+    first = make_core()
+    api = Api(first)
+    key = await api.key()
+    session_id = (await api.call("POST", "/v1/sessions", key, {"project_id": "p"})).json()["session_id"]
+    written = (await api.call("POST", "/v1/cells", key, cell("durable memory", session_id=session_id))).json()
+    await first.close()
+    second = make_core()
+    api2 = Api(second)
+    hits = (await api2.call("POST", "/v1/query", key, {"text": "durable memory", "k": 1})).json()
+    assert hits[0]["id"] == written["id"] and hits[0]["scene_id"] == written["scene_id"]
+    assert (await api2.call("GET", f"/v1/scenes/{written['scene_id']}", key)).status_code == 200
+    assert (await api2.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    await second.close()
+
+
+async def test_openapi_is_a_valid_3_0_3_document_of_exactly_v1(api: Api) -> None:
+    from openapi_spec_validator import validate
+    from openapi_spec_validator.validation import OpenAPIV30SpecValidator
+
+    doc = (await api.http.get("/openapi.json")).json()
+    assert doc["openapi"] == "3.0.3" and doc["info"]["version"] == "1.0.0"
+    validate(doc, cls=OpenAPIV30SpecValidator)
+    assert all(path.startswith("/v1/") for path in doc["paths"])
+    assert {"/v1/cells", "/v1/cells:batch", "/v1/query", "/v1/recall", "/v1/sessions", "/v1/scenes"} <= set(doc["paths"])
+    # JSON Schema 2020-12 constructs that OpenAPI 3.0 does not have must be gone, not relabelled.
+    text = str(doc).replace("nullable", "")
+    assert "null" not in text and "'const'" not in text and "'examples'" not in text
+
+    def types_are_strings(node: object) -> bool:
+        if isinstance(node, dict):
+            return not isinstance(node.get("type"), list) and all(types_are_strings(v) for v in node.values())
+        if isinstance(node, list):
+            return all(types_are_strings(v) for v in node)
+        return True
+
+    assert types_are_strings(doc)
+    cell_in = doc["components"]["schemas"]["CellIn"]["properties"]
+    assert cell_in["session_id"]["nullable"] is True

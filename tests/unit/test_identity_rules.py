@@ -1,0 +1,125 @@
+"""Roles, credential transitions, rate limits, ids, the recall blend."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pytest
+
+from mesh.errors import Conflict, Forbidden, NotFound, RateLimited, ValidationFailed
+from mesh.identity import (
+    Agent,
+    AgentStatus,
+    Principal,
+    Role,
+    check_can_issue,
+    check_can_mutate_agent,
+    check_can_read_agent,
+    check_display_name,
+    hash_key,
+    looks_like_key,
+    parse_roles,
+    require_admin,
+    require_writer,
+    transition,
+)
+from mesh.ids import is_uuid, uuid7
+from mesh.query import recall_score, rerank_for_recall
+from mesh.ratelimit import BucketPolicy, TokenBuckets
+from mesh.tuning import RecallTuning
+from tests.unit.helpers import T0, cell, direction, later
+
+
+def principal(*roles: Role, tenant: str = "t1") -> Principal:
+    return Principal(agent_id="me", tenant_id=tenant, roles=frozenset(roles))
+
+
+def agent(tenant: str = "t1", status: AgentStatus = AgentStatus.ACTIVE) -> Agent:
+    return Agent("a1", tenant, "name", frozenset({Role.WRITER}), status, hash_key("msh_x"), T0, T0)
+
+
+def test_reader_may_not_write_and_non_admins_are_refused_early() -> None:
+    require_writer(principal(Role.WRITER))
+    with pytest.raises(Forbidden):
+        require_writer(principal(Role.READER))
+    with pytest.raises(Forbidden):
+        require_admin(principal(Role.WRITER))
+    require_admin(principal(Role.PROJECT_ADMIN))
+
+
+def test_project_admin_is_confined_to_its_tenant() -> None:
+    pa = principal(Role.PROJECT_ADMIN)
+    check_can_read_agent(pa, agent("t1"))
+    with pytest.raises(NotFound):
+        check_can_read_agent(pa, agent("t2"))
+    with pytest.raises(Forbidden):
+        check_can_mutate_agent(pa, agent("t2"))
+    with pytest.raises(Forbidden):
+        check_can_issue(pa, "t2", frozenset({Role.WRITER}))
+    with pytest.raises(Forbidden):
+        check_can_issue(pa, "t1", frozenset({Role.SERVICE_ADMIN}))
+    sa = principal(Role.SERVICE_ADMIN, tenant="system")
+    check_can_read_agent(sa, agent("t2"))
+    check_can_mutate_agent(sa, agent("t2"))
+    check_can_issue(sa, "t9", frozenset({Role.SERVICE_ADMIN}))
+
+
+def test_credential_state_machine() -> None:
+    a = agent()
+    suspended = transition(a, "suspend", later(1))
+    assert suspended.status is AgentStatus.SUSPENDED
+    assert transition(suspended, "reinstate", later(2)).status is AgentStatus.ACTIVE
+    rotated = transition(a, "rotate", later(3), new_key_hash=hash_key("msh_new"))
+    assert rotated.key_hash != a.key_hash and rotated.status is AgentStatus.ACTIVE
+    revoked = transition(a, "revoke", later(4))
+    for action in ("reinstate", "rotate", "suspend", "revoke"):
+        with pytest.raises(Conflict):
+            transition(revoked, action, later(5), new_key_hash="h")
+
+
+def test_role_and_name_validation() -> None:
+    assert parse_roles(["Writer", "Reader"]) == {Role.WRITER, Role.READER}
+    for bad in ([], ["Root"]):
+        with pytest.raises(ValidationFailed):
+            parse_roles(bad)
+    assert check_display_name(" ok ") == "ok"
+    for bad_name in ("", "x" * 65):
+        with pytest.raises(ValidationFailed):
+            check_display_name(bad_name)
+    assert check_display_name("x" * 64)
+    assert looks_like_key("msh_" + "a" * 43) and not looks_like_key("Bearer abc")
+
+
+def test_token_bucket_refuses_with_retry_after_and_refills() -> None:
+    buckets = TokenBuckets({"Read": BucketPolicy(rate=1.0, burst=2.0), "Off": BucketPolicy(rate=0, burst=1)})
+    buckets.charge("Read", "a", now=0.0)
+    buckets.charge("Read", "a", now=0.0)
+    with pytest.raises(RateLimited) as caught:
+        buckets.charge("Read", "a", now=0.2)
+    assert caught.value.retry_after == 1
+    buckets.charge("Read", "b", now=0.2)  # buckets are per caller
+    buckets.charge("Read", "a", now=1.3)  # refilled
+    for _ in range(100):
+        buckets.charge("Off", "a", now=0.0)  # rate 0 disables
+
+
+def test_uuid7_is_time_ordered_and_valid() -> None:
+    a = uuid7(1_000, bytes(10))
+    b = uuid7(1_001, bytes(10))
+    assert a < b and is_uuid(a) and uuid.UUID(a).version == 7
+    assert not is_uuid("nope")
+
+
+def test_recall_blend_prefers_salient_recent_cells_among_equals() -> None:
+    tuning = RecallTuning()
+    v = direction(1)
+    stale = cell(v, salience=0.5, at=T0)
+    fresh = replace(cell(v, salience=0.5, at=T0), last_accessed=later(7 * 24 * 3600))
+    salient = cell(v, salience=1.0, at=T0)
+    now = later(7 * 24 * 3600)
+    assert recall_score(1.0, fresh, now, tuning) > recall_score(1.0, stale, now, tuning)
+    ranked = rerank_for_recall([(stale, 0.9), (fresh, 0.9), (salient, 0.9)], 2, now, tuning)
+    assert {c.id for c, _ in ranked} == {fresh.id, salient.id}
+    much_closer = rerank_for_recall([(stale, 0.99), (salient, 0.5)], 1, now, tuning)
+    assert much_closer[0][0].id == stale.id

@@ -1,0 +1,153 @@
+"""Scenes, layers and consolidation in one partition (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mesh.errors import NotFound, ValidationFailed
+from mesh.model import CellType, Layer
+from mesh.partition import MemoryPartition, partition_key, shard_for
+from mesh.query import NodeFilter
+from mesh.tuning import SceneTuning
+from tests.unit.helpers import T0, cell, direction, later, uid
+
+DIMS = 16
+
+
+def partition(**tuning: float) -> MemoryPartition:
+    return MemoryPartition(DIMS, SceneTuning(**tuning))  # type: ignore[arg-type]
+
+
+def test_close_cells_share_a_scene_and_far_cells_found_new_ones() -> None:
+    p = partition(join_similarity=0.8)
+    a = cell(direction(0, DIMS, 0.05, base=1))
+    b = cell(direction(2, DIMS, 0.05, base=1))
+    far = cell(direction(3, DIMS, 0.05, base=99))
+    out = p.write([a, b, far], [uid("5"), uid("5"), uid("5")])
+    assert len(out.founded) == 2
+    assert a.scene_id == b.scene_id != far.scene_id
+    scene = p.scene("t1", a.scene_id or "")
+    assert scene.live_count == 2
+    expected = (a.embedding + b.embedding) / np.linalg.norm(a.embedding + b.embedding)
+    assert np.allclose(scene.centroid, expected, atol=1e-5)
+
+
+def test_scenes_never_span_projects_or_tenants() -> None:
+    p = partition(join_similarity=0.5)
+    v = direction(1, DIMS)
+    c1, c2, c3 = cell(v, project="p1"), cell(v, project="p2"), cell(v, tenant="t2")
+    p.write([c1, c2, c3], [uid("5") for _ in range(3)])
+    assert len({c1.scene_id, c2.scene_id, c3.scene_id}) == 3
+    with pytest.raises(NotFound):
+        p.scene("t1", c3.scene_id or "")
+
+
+def test_write_is_idempotent_by_cell_id() -> None:
+    p = partition()
+    c = cell(direction(1, DIMS))
+    first = p.write([c], [uid("5")])
+    again = p.write([c], [uid("5")])
+    assert again.created == [] and again.founded == []
+    assert again.cells[0] is first.cells[0]
+    assert p.scene("t1", c.scene_id or "").live_count == 1
+
+
+def test_explicit_scene_must_exist_in_tenant_and_project() -> None:
+    p = partition()
+    c = cell(direction(1, DIMS))
+    p.write([c], [uid("5")])
+    joined = cell(direction(50, DIMS), scene_id=c.scene_id)
+    p.write([joined], [uid("5")])
+    assert joined.scene_id == c.scene_id
+    with pytest.raises(NotFound):
+        p.write([cell(direction(2, DIMS), tenant="t2", scene_id=c.scene_id)], [uid("5")])
+    with pytest.raises(ValidationFailed):
+        p.write([cell(direction(2, DIMS), project="other", scene_id=c.scene_id)], [uid("5")])
+
+
+def test_search_is_tenant_confined_and_filters_apply() -> None:
+    p = partition(join_similarity=0.99)
+    q = direction(1, DIMS)
+    mine = cell(q, cell_type=CellType.RISK, agent="agent-a")
+    other_type = cell(direction(2, DIMS, 0.1, base=1), cell_type=CellType.FACT, agent="agent-b")
+    decision = cell(direction(3, DIMS, 0.1, base=1), cell_type=CellType.DECISION)
+    theirs = cell(q, tenant="t2")
+    p.write([mine, other_type, decision, theirs], [uid("5") for _ in range(4)])
+    ids = [c.id for c, _ in p.search("t1", q, 10, NodeFilter())]
+    assert theirs.id not in ids and ids[0] == mine.id and len(ids) == 3
+    assert [c.id for c, _ in p.search("t1", q, 10, NodeFilter(cell_types=frozenset({CellType.FACT})))] == [other_type.id]
+    assert [c.id for c, _ in p.search("t1", q, 10, NodeFilter(source_agent="agent-b"))] == [other_type.id]
+    assert [c.id for c, _ in p.search("t1", q, 10, NodeFilter(layer=Layer.L2))] == [decision.id]
+    assert [c.id for c, _ in p.search("t1", q, 10, NodeFilter(scene_id=mine.scene_id))] == [mine.id]
+    assert p.search("t1", q, 10, NodeFilter(tenant_id="t2")) == []
+    assert p.search("t1", q, 10, NodeFilter(source_agent="nobody")) == []
+    assert p.search("t1", q, 10, NodeFilter(project_ids=frozenset({"elsewhere"}))) == []
+
+
+def test_consolidation_abstracts_near_duplicates_into_an_l1_pattern() -> None:
+    p = partition(join_similarity=0.5, duplicate_similarity=0.95)
+    dup1 = cell(direction(10, DIMS, 0.02, base=7), salience=0.3, content="deploy with helm")
+    dup2 = cell(direction(11, DIMS, 0.02, base=7), salience=0.9, content="we deploy with helm charts")
+    loner = cell(direction(12, DIMS, 0.2, base=7), content="something else in the scene")
+    constraint = cell(direction(13, DIMS, 0.01, base=7), cell_type=CellType.CONSTRAINT)
+    p.write([dup1, dup2, loner, constraint], [uid("5") for _ in range(4)])
+    assert len({dup1.scene_id, dup2.scene_id, loner.scene_id, constraint.scene_id}) == 1
+    scene_id = dup1.scene_id or ""
+    outcome = p.consolidate("t1", scene_id, [uid("9")], "agent-c", later(60))
+    (pattern,) = outcome.patterns
+    assert pattern.layer is Layer.L1 and pattern.cell_type is CellType.PATTERN
+    assert pattern.salience == pytest.approx(0.9)
+    assert pattern.scene_id == scene_id and pattern.source_agent == "agent-c"
+    assert {c.id for c in outcome.superseded} == {dup1.id, dup2.id}
+    assert dup1.superseded_by == dup2.superseded_by == pattern.id
+    assert constraint.superseded_by is None  # only L0 cells are abstracted
+    hits = [c.id for c, _ in p.search("t1", dup1.embedding, 10, NodeFilter())]
+    assert dup1.id not in hits and dup2.id not in hits and pattern.id in hits
+    with_old = [c.id for c, _ in p.search("t1", dup1.embedding, 10, NodeFilter(include_superseded=True))]
+    assert dup1.id in with_old
+    assert outcome.scene.live_count == 3
+    again = p.consolidate("t1", scene_id, [uid("9")], "agent-c", later(120))
+    assert again.patterns == []
+
+
+def test_summary_quotes_the_most_central_salient_members() -> None:
+    p = partition(join_similarity=0.3, summary_members=2)
+    central = cell(direction(1, DIMS, 0.01, base=3), salience=1.0, content="the   central\nidea")
+    side = cell(direction(2, DIMS, 0.4, base=3), salience=0.1, content="a side remark")
+    p.write([central, side], [uid("5"), uid("5")])
+    summary = p.scene("t1", central.scene_id or "").summary
+    assert summary.startswith("the central idea")
+    assert "a side remark" in summary
+
+
+def test_list_scenes_pages_by_id() -> None:
+    p = partition(join_similarity=0.999)
+    cells = [cell(direction(i, DIMS)) for i in range(5)]
+    p.write(cells, [uid("5") for _ in range(5)])
+    first = p.list_scenes("t1", None, None, 2)
+    second = p.list_scenes("t1", None, first[-1].id, 10)
+    ids = [s.id for s in first + second]
+    assert ids == sorted(ids) and len(ids) == 5
+    assert p.list_scenes("t2", None, None, 10) == []
+    assert p.list_scenes("t1", "p-other", None, 10) == []
+
+
+def test_reload_rebuilds_the_same_state() -> None:
+    p = partition(join_similarity=0.5)
+    cells = [cell(direction(i, DIMS, 0.05, base=1)) for i in range(4)]
+    p.write(cells, [uid("5") for _ in range(4)])
+    p.consolidate("t1", cells[0].scene_id or "", [uid("9")], "a", T0)
+    copy = partition(join_similarity=0.5)
+    copy.load(list(p.scenes.values()), list(p.cells.values()))
+    for scene_id, scene in p.scenes.items():
+        assert np.allclose(copy.scene("t1", scene_id).centroid, scene.centroid, atol=1e-5)
+    q = cells[0].embedding
+    assert [c.id for c, _ in copy.search("t1", q, 5, NodeFilter())] == [c.id for c, _ in p.search("t1", q, 5, NodeFilter())]
+
+
+def test_shard_mapping_is_stable_and_spreads() -> None:
+    keys = [partition_key("t", f"p{i}") for i in range(200)]
+    shards = [shard_for(k, 4) for k in keys]
+    assert shards == [shard_for(k, 4) for k in keys]
+    assert set(shards) == {0, 1, 2, 3}
