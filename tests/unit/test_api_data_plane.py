@@ -50,7 +50,7 @@ async def test_write_then_query_and_recall_return_hydrated_nodes(api: Api) -> No
         r = await api.call("POST", path, key, {"text": "how do we deploy the api", "k": 2})
         assert r.status_code == 200, r.text
         nodes = r.json()
-        assert [n["content"] for n in nodes][0] == "we deploy the api with helm"
+        assert nodes[0]["content"] == "we deploy the api with helm"
         assert len(nodes) == 2 and all(set(n) == NODE_FIELDS for n in nodes)
         assert all("score" not in n for n in nodes)
 
