@@ -14,6 +14,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -69,7 +70,7 @@ class Registry:
 
     async def health(self) -> dict[str, int]:
         await self._ready()
-        return {"agents": len(self._agents), "sessions": len(self._sessions)}
+        return {"agents": len(self._agents), "sessions": len(self._sessions), "pid": os.getpid()}
 
     # -------------------------------------------------------------- credentials
     async def authenticate(self, key_hash: str) -> Principal | None:

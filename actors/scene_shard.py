@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -77,7 +78,7 @@ class SceneShard:
 
     async def health(self) -> dict[str, int]:
         partition = await self._ready()
-        return {"cells": len(partition.cells), "scenes": len(partition.scenes)}
+        return {"cells": len(partition.cells), "scenes": len(partition.scenes), "pid": os.getpid()}
 
     async def write(self, cells: list[Cell], new_scene_ids: list[str]) -> list[Cell]:
         partition = await self._ready()

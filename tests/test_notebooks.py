@@ -43,6 +43,8 @@ def _kernel_env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMESH_") and k != "RAY_ADDRESS"}
     env["MEMESH_CONFIG"] = str(root / "no-memesh.toml")  # a path that does not exist: no TOML source
     env["IPYTHONDIR"] = str(root / "ipython")  # no user profile or startup files
+    (root / "tmp").mkdir()
+    env["TMPDIR"] = str(root / "tmp")  # what a failing notebook leaves behind stays under tmp_path
     env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
     return env
 
@@ -51,6 +53,15 @@ def test_notebooks_found() -> None:
     assert NOTEBOOKS, "notebooks/*.ipynb is empty"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_stored_without_outputs(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"{path.name}: clear the outputs of cells {dirty} before committing"
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path: Path, tmp_path: Path) -> None:
     nb = nbformat.read(path, as_version=4)

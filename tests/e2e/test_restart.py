@@ -1,0 +1,59 @@
+"""Restarting (cleanly or after a crash) on the same data keeps everything."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from tests.e2e.conftest import Server
+
+
+def test_restart_keeps_cells_scenes_agents_sessions_and_writes_no_new_key(ray_address: str, tmp_path: Path) -> None:
+    server = Server(tmp_path / "data", ray_address, "hash").start()
+    bootstrap = server.key_file.read_text()
+    issued = server.issue("durable", "Writer", "keeper")
+    with server.http(issued["plaintext_secret"]) as http:
+        session = http.post("/v1/sessions", json={"project_id": "keep"}).json()["session_id"]
+        cells = http.post(
+            "/v1/cells:batch",
+            json={
+                "cells": [{"content": f"fact number {i} to keep", "cell_type": "Fact", "session_id": session} for i in range(20)]
+            },
+        ).json()
+    assert server.stop(signal.SIGTERM) == 0, server.output()[-3000:]
+    assert "bootstrap ServiceAdmin key written" in server.output()
+
+    again = Server(tmp_path / "data", ray_address, "hash")
+    again.log_path = tmp_path / "second.log"
+    again.start()
+    try:
+        assert again.key_file.read_text() == bootstrap
+        assert "bootstrap ServiceAdmin key written" not in again.output()
+        with again.http(issued["plaintext_secret"]) as http:
+            found = http.post("/v1/query", json={"text": "fact number to keep", "k": 100}).json()
+            assert {n["id"] for n in found} == {c["id"] for c in cells}
+            for scene_id in {c["scene_id"] for c in cells}:
+                assert http.get(f"/v1/scenes/{scene_id}").status_code == 200
+            assert http.delete(f"/v1/sessions/{session}").json() == {"ok": True}
+        assert again.admin("agents", "get", issued["agent_id"]).returncode == 0
+    finally:
+        again.stop()
+
+
+def test_a_crash_loses_no_acknowledged_write(ray_address: str, tmp_path: Path) -> None:
+    server = Server(tmp_path / "data", ray_address, "hash").start()
+    key = server.issue("crash", "Writer", "w")["plaintext_secret"]
+    acknowledged = []
+    with server.http(key) as http:
+        for i in range(30):
+            response = http.post("/v1/cells", json={"content": f"acknowledged write {i}", "cell_type": "Fact"})
+            assert response.status_code == 201
+            acknowledged.append(response.json()["id"])
+    server.stop(signal.SIGKILL)
+    again = Server(tmp_path / "data", ray_address, "hash").start()
+    try:
+        with again.http(key) as http:
+            found = {n["id"] for n in http.post("/v1/query", json={"text": "acknowledged write", "k": 100}).json()}
+        assert set(acknowledged) <= found
+    finally:
+        again.stop()

@@ -1,0 +1,132 @@
+"""Actors on a real local Ray: restart after a kill loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import ray
+
+from actors.facade import Memesh
+from actors.ray_directory import RayDirectory
+from cluster.compose import build_memesh
+from cluster.settings import Settings
+from mesh.errors import MemeshError, NotFound, Unauthorized
+from mesh.identity import Principal, Role
+from mesh.model import CellType, NewCell
+from mesh.query import NodeFilter
+
+ADMIN = Principal(agent_id="00000000-0000-7000-8000-000000000001", tenant_id="system", roles=frozenset({Role.SERVICE_ADMIN}))
+
+
+@pytest.fixture
+async def core(ray_address: str, tmp_path: Path) -> AsyncIterator[Memesh]:
+    settings = Settings(
+        ray={"address": ray_address, "namespace": f"test-{uuid.uuid4().hex[:8]}", "scene_shards": 2},
+        embedding={"engine": "hash"},
+        storage={"data_dir": tmp_path / "data", "commit_window_ms": 1},
+    )
+    memesh = build_memesh(settings)
+    assert isinstance(memesh.directory, RayDirectory)
+    yield memesh
+    await memesh.close()
+
+
+async def writer(memesh: Memesh, tenant: str = "t1") -> Principal:
+    issued = await memesh.identity.issue(ADMIN, tenant, "writer", ["Writer"])
+    return await memesh.identity.authenticate(issued.plaintext_secret)
+
+
+async def kill(memesh: Memesh, ref_name: str) -> None:
+    """Kill the actor's process and wait until Ray has restarted it (a new pid answers)."""
+    directory = memesh.directory
+    assert isinstance(directory, RayDirectory)
+    ref = {r.name: r for r in [directory.registry(), *(directory.scene_shard(i) for i in range(directory.scene_shards))]}[
+        ref_name
+    ]
+    before = (await ref.call("health"))["pid"]
+    ray.kill(ref.handle, no_restart=False)
+    for _ in range(200):
+        try:
+            if (await ref.call("health"))["pid"] != before:
+                return
+        except MemeshError:
+            pass
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{ref_name} did not restart")
+
+
+async def all_ids(memesh: Memesh, principal: Principal, text: str) -> set[str]:
+    return {c.id for c in await memesh.memory.query(principal, text, None, 1000, NodeFilter())}
+
+
+async def test_errors_cross_the_ray_hop_as_memesh_errors(core: Memesh) -> None:
+    principal = await writer(core)
+    with pytest.raises(NotFound):
+        await core.memory.get_scene(principal, "01a2040c-0000-7000-8000-000000000000")
+    with pytest.raises(Unauthorized):
+        await core.identity.authenticate("msh_" + "z" * 43)
+
+
+async def test_killed_scene_shards_restart_with_every_acknowledged_write(core: Memesh) -> None:
+    principal = await writer(core)
+    specs = [
+        NewCell(content=f"memory number {i} about shards", cell_type=CellType.FACT, project_id=f"p{i % 4}") for i in range(40)
+    ]
+    written = await core.memory.write_cells(principal, specs)
+    before = await all_ids(core, principal, "memory about shards")
+    assert before == {c.id for c in written}
+    await kill(core, "scene_shard:0")
+    await kill(core, "scene_shard:1")
+    after = await all_ids(core, principal, "memory about shards")
+    assert after == before
+    scene = await core.memory.get_scene(principal, written[0].scene_id or "")
+    assert scene.live_count >= 1
+
+
+async def test_writes_in_flight_during_a_kill_are_durable_once_acknowledged(core: Memesh) -> None:
+    principal = await writer(core)
+
+    async def write(i: int) -> str | None:
+        try:
+            (cell,) = await core.memory.write_cells(
+                principal, [NewCell(content=f"concurrent write {i}", cell_type=CellType.FACT, project_id=f"p{i % 3}")]
+            )
+        except MemeshError:
+            return None  # not acknowledged: the caller saw an error and may retry
+        return cell.id
+
+    tasks = [asyncio.create_task(write(i)) for i in range(60)]
+    await asyncio.sleep(0.05)
+    ray.kill(core.directory.scene_shard(0).handle, no_restart=False)  # type: ignore[attr-defined]
+    ray.kill(core.directory.scene_shard(1).handle, no_restart=False)  # type: ignore[attr-defined]
+    acknowledged = {cid for cid in await asyncio.gather(*tasks) if cid}
+    assert acknowledged, "no write was acknowledged at all"
+    stored = await all_ids(core, principal, "concurrent write")
+    assert acknowledged <= stored
+
+
+async def test_killed_registry_restarts_with_agents_and_sessions(core: Memesh) -> None:
+    issued = await core.identity.issue(ADMIN, "t1", "keeper", ["Writer"])
+    principal = await core.identity.authenticate(issued.plaintext_secret)
+    session = await core.memory.open_session(principal, "apollo")
+    revoked = await core.identity.issue(ADMIN, "t1", "gone", ["Writer"])
+    await core.identity.apply(ADMIN, revoked.agent.id, "revoke")
+    await kill(core, "registry")
+    fresh = build_memesh_like(core)
+    again = await fresh.identity.authenticate(issued.plaintext_secret)  # no cache: asks the restarted registry
+    assert again.agent_id == issued.agent.id
+    with pytest.raises(Unauthorized):
+        await fresh.identity.authenticate(revoked.plaintext_secret)
+    (cell,) = await core.memory.write_cells(
+        principal, [NewCell(content="after restart", cell_type=CellType.FACT, session_id=session.id)]
+    )
+    assert cell.project_id == "apollo"
+
+
+def build_memesh_like(core: Memesh) -> Memesh:
+    """A second facade over the same actors, with an empty principal cache."""
+    return Memesh(core.directory, core.embedder, {})
