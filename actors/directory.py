@@ -65,4 +65,6 @@ class InProcessDirectory:
         return self._registry
 
     async def close(self) -> None:
-        return None
+        """Drain every actor's pending commits (the tables may then be opened by another owner)."""
+        for ref in [*self._shards, self._registry]:
+            await ref.call("close")

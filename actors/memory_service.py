@@ -258,7 +258,7 @@ class MemoryService:
         require_writer(principal)
         shard, _ = await self._find_scene(principal, scene_id)
         scene, patterns, superseded = await self._dir.scene_shard(shard).call(
-            "consolidate", principal.tenant_id, scene_id, self._ids.many(256), principal.agent_id, self._clock()
+            "consolidate", principal.tenant_id, scene_id, principal.agent_id, self._clock()
         )
         return ConsolidationReport(scene=scene, patterns=patterns, superseded=[c.id for c in superseded])
 

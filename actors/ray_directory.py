@@ -12,6 +12,7 @@ a 2-core machine must hold all of them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import Any
@@ -78,7 +79,10 @@ class RayDirectory:
         return self._registry
 
     async def close(self) -> None:
-        for ref in [*self._shards, self._registry]:
+        refs = [*self._shards, self._registry]
+        with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain
+            await asyncio.wait_for(asyncio.gather(*(ref.call("close") for ref in refs), return_exceptions=True), 30)
+        for ref in refs:
             with contextlib.suppress(Exception):  # already gone is fine at shutdown
                 ray.kill(ref.handle, no_restart=True)
 

@@ -14,16 +14,21 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+import pyarrow as pa
+
 from actors.codecs import AGENT_SCHEMA, SESSION_SCHEMA, agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
 from actors.storage import GroupCommitter, LanceStore, RowTable
-from mesh.errors import NotFound
+from mesh.errors import ConfigInvalid, NotFound
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
 from mesh.model import Session
+
+MANIFEST_SCHEMA = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string(), nullable=False)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,7 @@ class Registry:
         self._sessions: dict[str, Session] = {}
         self._agent_table: RowTable | None = None
         self._session_table: RowTable | None = None
+        self._manifest_table: RowTable | None = None
         self._loaded = False
         self._load_lock = asyncio.Lock()
         self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, config.commit_window_s, 256)
@@ -55,6 +61,7 @@ class Registry:
             store = await LanceStore.open(self.config.storage_uri)
             self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
             self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
+            self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
             for agent in agents_from_arrow(await self._agent_table.read_all()):
                 self._put(agent)
             for session in sessions_from_arrow(await self._session_table.read_all()):
@@ -67,6 +74,27 @@ class Registry:
             self._by_hash.pop(previous.key_hash, None)
         self._agents[agent.id] = agent
         self._by_hash[agent.key_hash] = agent.id
+
+    async def close(self) -> None:
+        await self._agent_commit.close()
+        await self._session_commit.close()
+
+    async def claim_deployment(self, wanted: dict[str, str | int]) -> None:
+        """Record the deployment's shape with the data on first start; refuse a different one later.
+
+        Kept in the storage every node reaches (not on one head's disk), so a
+        head started elsewhere with another shard count or engine is refused.
+        """
+        await self._ready()
+        assert self._manifest_table is not None
+        stored = {r["key"]: json.loads(r["value"]) for r in (await self._manifest_table.read_all()).to_pylist()}
+        if not stored:
+            rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(wanted.items())]
+            await self._manifest_table.append(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA))
+            return
+        for key, value in wanted.items():
+            if key in stored and stored[key] != value:
+                raise ConfigInvalid(f"{key} is {value!r} but this data was written with {stored[key]!r}")
 
     async def health(self) -> dict[str, int]:
         await self._ready()

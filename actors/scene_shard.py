@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 
+from actors.clock import IdSource
 from actors.codecs import cell_schema, cells_from_arrow, cells_to_arrow, scene_schema, scenes_from_arrow, scenes_to_arrow
 from actors.storage import GroupCommitter, LanceStore, RowTable
 from mesh.model import Cell, Scene, Vector
@@ -58,6 +59,13 @@ class SceneShard:
         self._load_lock = asyncio.Lock()
         self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
+        self._ids = IdSource()
+
+    async def close(self) -> None:
+        """Finish background work and commit everything pending; the shard is then safe to drop."""
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._commit.close()
 
     async def _ready(self) -> MemoryPartition:
         if self._loaded:
@@ -115,10 +123,11 @@ class SceneShard:
         return partition.list_scenes(tenant_id, project_id, after, limit)
 
     async def consolidate(
-        self, tenant_id: str, scene_id: str, pattern_ids: list[str], source_agent: str, now: datetime
+        self, tenant_id: str, scene_id: str, source_agent: str, now: datetime
     ) -> tuple[Scene, list[Cell], list[Cell]]:
+        """Abstract every near-duplicate group of the scene; a retry finds nothing left to do."""
         partition = await self._ready()
-        outcome = partition.consolidate(tenant_id, scene_id, pattern_ids, source_agent, now)
+        outcome = partition.consolidate(tenant_id, scene_id, self._ids.new, source_agent, now)
         changes = [_Change("cell", True, p) for p in outcome.patterns]
         changes += [_Change("cell", False, c) for c in outcome.superseded]
         changes.append(_Change("scene", False, outcome.scene))

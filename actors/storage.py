@@ -13,6 +13,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -134,6 +135,7 @@ class GroupCommitter(Generic[T]):
         self._pending: _Batch[T] = _Batch()
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._inflight: asyncio.Future[None] | None = None
 
     async def submit(self, items: list[T]) -> None:
         if not items:
@@ -160,9 +162,22 @@ class GroupCommitter(Generic[T]):
             batch, self._pending = self._pending, _Batch()
             if not batch.items or batch.done is None:
                 continue
+            self._inflight = batch.done
             try:
                 await self._flush(batch.items)
             except Exception as exc:  # noqa: BLE001 - handed to every waiter, never swallowed
                 batch.done.set_exception(exc)
             else:
                 batch.done.set_result(None)
+
+    async def close(self) -> None:
+        """Flush what is pending, wait for the flush under way, then stop the worker."""
+        waits = [f for f in (self._inflight, self._pending.done) if f is not None and not f.done()]
+        if waits and self._wake is not None:
+            self._wake.set()
+            await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None

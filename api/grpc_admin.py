@@ -10,10 +10,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
-from memesh_proto import admin_pb2, admin_pb2_grpc
 
 from actors.facade import Bucket, Memesh
 from api.errors import grpc_status
+from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Agent, Principal
 

@@ -51,6 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     import grpc
+
     from memesh_proto import admin_pb2, admin_pb2_grpc
 
     try:

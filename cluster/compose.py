@@ -7,7 +7,6 @@ in-process directory, embedding engine, storage URI).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 from pathlib import Path
@@ -19,13 +18,11 @@ from actors.memory_service import MemoryLimits
 from actors.registry import RegistryConfig
 from actors.scene_shard import ShardConfig
 from cluster.settings import Settings
-from mesh.errors import ConfigInvalid
 from mesh.ratelimit import BucketPolicy
 
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_KEY_FILE = "bootstrap-admin.key"
-MANIFEST_FILE = "manifest.json"
 
 
 def shard_configs(settings: Settings, dims: int) -> list[ShardConfig]:
@@ -66,24 +63,9 @@ def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
     }
 
 
-def check_manifest(settings: Settings, engine_name: str, dims: int) -> None:
-    """Refuse to start on data written with another shard count or embedding engine."""
-    data_dir = settings.storage.data_dir
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / MANIFEST_FILE
-    wanted = {"scene_shards": settings.ray.scene_shards, "embedding_engine": engine_name, "dims": dims}
-    if path.exists():
-        stored = json.loads(path.read_text())
-        for key, value in wanted.items():
-            if stored.get(key) != value:
-                raise ConfigInvalid(f"{key} is {value!r} but the data under {data_dir} was written with {stored.get(key)!r}")
-        return
-    path.write_text(json.dumps(wanted, indent=2) + "\n")
-
-
 def build_memesh(settings: Settings) -> Memesh:
     engine = make_engine(settings.embedding.engine, settings.embedding.dims, settings.embedding.threads)
-    check_manifest(settings, engine.name, engine.dims)
+    settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
     directory = build_directory(settings, engine.dims)
     limits = settings.limits
     return Memesh(
@@ -100,6 +82,19 @@ def build_memesh(settings: Settings) -> Memesh:
         ),
         principal_cache_ttl_s=settings.admin.principal_cache_ttl_s,
     )
+
+
+async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
+    """What every start does before serving: check the deployment's shape against the
+    data (ConfigInvalid when the shard count or embedding engine changed), then make
+    sure the bootstrap admin exists. Returns the key file when this start wrote it."""
+    wanted: dict[str, str | int] = {
+        "scene_shards": settings.ray.scene_shards,
+        "embedding_engine": memesh.embedder.name,
+        "dims": memesh.embedder.dims,
+    }
+    await memesh.directory.registry().call("claim_deployment", wanted)
+    return await write_bootstrap_key(memesh, settings.storage.data_dir)
 
 
 async def write_bootstrap_key(memesh: Memesh, data_dir: Path) -> Path | None:

@@ -22,8 +22,9 @@ from fastapi import FastAPI
 
 from api.app import create_app
 from api.grpc_admin import add_admin_service
-from cluster.compose import build_memesh, write_bootstrap_key
+from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
+from mesh.errors import MemeshError
 
 log = logging.getLogger("memesh")
 
@@ -43,7 +44,11 @@ async def serve(settings: Settings) -> None:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         nonlocal grpc_server
-        key_path = await write_bootstrap_key(memesh, settings.storage.data_dir)
+        try:
+            key_path = await start_core(memesh, settings)
+        except MemeshError as exc:
+            print(f"memesh: {exc.code}: {exc.message}", file=sys.stderr, flush=True)
+            raise
         if key_path is not None:
             print(f"memesh: bootstrap ServiceAdmin key written to {key_path.resolve()}", flush=True)
         await memesh.embedder.warm_up()

@@ -8,7 +8,7 @@ does I/O or reads a clock: times and new ids arrive as arguments.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -241,7 +241,7 @@ class MemoryPartition:
 
     # ----------------------------------------------------------- consolidation
     def consolidate(
-        self, tenant_id: str, scene_id: str, pattern_ids: list[str], source_agent: str, now: datetime
+        self, tenant_id: str, scene_id: str, new_id: Callable[[], str], source_agent: str, now: datetime
     ) -> ConsolidationOutcome:
         """Abstract groups of near-duplicate live L0 members into L1 Patterns.
 
@@ -253,7 +253,6 @@ class MemoryPartition:
         live members and the summary redone.
         """
         scene = self.scene(tenant_id, scene_id)
-        ids = iter(pattern_ids)
         members = [self.cells[m] for m in scene.members]
         pool = sorted((c for c in members if c.live and c.layer is Layer.L0), key=lambda c: (-c.salience, c.id))
         taken: set[str] = set()
@@ -269,9 +268,7 @@ class MemoryPartition:
             ]
             if len(group) < self.tuning.min_group:
                 continue
-            pattern_id = next(ids, None)
-            if pattern_id is None:
-                break
+            pattern_id = new_id()
             mean = normalize(np.mean([c.embedding for c in group], axis=0))
             central = max(group, key=lambda c: (float(np.dot(c.embedding, mean)), -c.created_at.timestamp()))
             pattern = Cell(

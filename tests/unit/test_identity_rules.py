@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import uuid
 from dataclasses import replace
 
@@ -24,7 +25,7 @@ from mesh.identity import (
     require_writer,
     transition,
 )
-from mesh.ids import is_uuid, uuid7
+from mesh.ids import MonotonicUuid7, is_uuid, uuid7
 from mesh.query import recall_score, rerank_for_recall
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.tuning import RecallTuning
@@ -108,7 +109,16 @@ def test_uuid7_is_time_ordered_and_valid() -> None:
     a = uuid7(1_000, bytes(10))
     b = uuid7(1_001, bytes(10))
     assert a < b and is_uuid(a) and uuid.UUID(a).version == 7
+    assert uuid.UUID(a).variant == uuid.RFC_4122
     assert not is_uuid("nope")
+
+
+def test_ids_made_in_one_millisecond_still_sort_in_creation_order() -> None:
+    source = MonotonicUuid7()
+    rng = random.Random(3)
+    ids = [source.next_id(5_000 + i // 1000, rng.randbytes(10)) for i in range(10_000)]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert all(uuid.UUID(i).version == 7 for i in ids[:50])
 
 
 def test_recall_blend_prefers_salient_recent_cells_among_equals() -> None:

@@ -94,7 +94,7 @@ def test_consolidation_abstracts_near_duplicates_into_an_l1_pattern() -> None:
     p.write([dup1, dup2, loner, constraint], [uid("5") for _ in range(4)])
     assert len({dup1.scene_id, dup2.scene_id, loner.scene_id, constraint.scene_id}) == 1
     scene_id = dup1.scene_id or ""
-    outcome = p.consolidate("t1", scene_id, [uid("9")], "agent-c", later(60))
+    outcome = p.consolidate("t1", scene_id, lambda: uid("9"), "agent-c", later(60))
     (pattern,) = outcome.patterns
     assert pattern.layer is Layer.L1 and pattern.cell_type is CellType.PATTERN
     assert pattern.salience == pytest.approx(0.9)
@@ -107,7 +107,7 @@ def test_consolidation_abstracts_near_duplicates_into_an_l1_pattern() -> None:
     with_old = [c.id for c, _ in p.search("t1", dup1.embedding, 10, NodeFilter(include_superseded=True))]
     assert dup1.id in with_old
     assert outcome.scene.live_count == 3
-    again = p.consolidate("t1", scene_id, [uid("9")], "agent-c", later(120))
+    again = p.consolidate("t1", scene_id, lambda: uid("9"), "agent-c", later(120))
     assert again.patterns == []
 
 
@@ -137,7 +137,7 @@ def test_reload_rebuilds_the_same_state() -> None:
     p = partition(join_similarity=0.5)
     cells = [cell(direction(i, DIMS, 0.05, base=1)) for i in range(4)]
     p.write(cells, [uid("5") for _ in range(4)])
-    p.consolidate("t1", cells[0].scene_id or "", [uid("9")], "a", T0)
+    p.consolidate("t1", cells[0].scene_id or "", lambda: uid("9"), "a", T0)
     copy = partition(join_similarity=0.5)
     copy.load(list(p.scenes.values()), list(p.cells.values()))
     for scene_id, scene in p.scenes.items():
