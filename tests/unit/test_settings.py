@@ -1,0 +1,62 @@
+"""The one settings class: env, TOML, profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from cluster.settings import Settings
+
+
+def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = Settings()
+    assert (s.server.host, s.server.port) == ("0.0.0.0", 8080)
+    assert s.pull.max_batch == 256
+    assert s.observatory.max_events == 50_000 and s.observatory.max_age_s == 600
+    assert s.observatory.stream_channel_capacity == 16_384 and s.observatory.max_concurrent_streams == 16
+    assert s.admin.console_enabled is False
+    assert s.embedding.engine == "minilm" and s.storage.data_dir == Path("data")
+    assert s.observatory_enabled is True  # dev profile
+
+
+def test_nested_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMESH_PULL__MAX_BATCH", "128")
+    monkeypatch.setenv("MEMESH_RATE_LIMITS__INBOX__RATE", "5")
+    monkeypatch.setenv("MEMESH_RAY__ADDRESS", "10.0.0.1:6379")
+    s = Settings()
+    assert s.pull.max_batch == 128
+    assert s.rate_limits.inbox.rate == 5 and s.rate_limits.inbox.burst == 200  # the rest of the section keeps its default
+    assert s.ray.address == "10.0.0.1:6379"
+
+
+def test_toml_file_is_read_and_env_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "custom.toml"
+    config.write_text('profile = "dev"\n[server]\nport = 9000\n[embedding]\nengine = "hash"\n[scenes]\njoin_similarity = 0.7\n')
+    monkeypatch.setenv("MEMESH_CONFIG", str(config))
+    monkeypatch.setenv("MEMESH_SERVER__PORT", "9100")
+    s = Settings()
+    assert s.server.port == 9100 and s.embedding.engine == "hash" and s.scenes.join_similarity == 0.7
+
+
+def test_invalid_values_and_unknown_keys_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError):
+        Settings(pull={"max_batch": 0})
+    with pytest.raises(ValidationError):
+        Settings(server={"prot": 1})
+    with pytest.raises(ValidationError):
+        Settings(embedding={"engine": "word2vec"})
+
+
+def test_production_refuses_unsafe_choices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError, match="minilm"):
+        Settings(profile="production", embedding={"engine": "hash"})
+    with pytest.raises(ValidationError, match="rate limits"):
+        Settings(profile="production", rate_limits={"read": {"rate": 0}})
+    s = Settings(profile="production")
+    assert s.observatory_enabled is False
