@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 
 from mesh.identity import Agent, AgentStatus, Role
-from mesh.model import Cell, CellType, Layer, Scene, Session
+from mesh.inbox import StoredDelivery
+from mesh.model import AgentNode, Beacon, Cell, CellType, Layer, Scene, Session
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -234,5 +235,121 @@ def sessions_from_arrow(table: pa.Table) -> list[Session]:
             opened_at=_utc(r["opened_at"]),
             closed_at=_utc(r["closed_at"]) if r["closed_at"] else None,
         )
+        for r in table.to_pylist()
+    ]
+
+
+def beacon_schema(dims: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("tenant_id", pa.string(), nullable=False),
+            pa.field("agent_id", pa.string(), nullable=False),
+            pa.field("interest", pa.string(), nullable=False),
+            pa.field("engine", pa.string(), nullable=False),
+            pa.field("created_at", _TS, nullable=False),
+            pa.field("expires_at", _TS),
+            pa.field("removed", pa.bool_(), nullable=False),
+            pa.field("embedding", pa.list_(pa.float32(), dims), nullable=False),
+        ]
+    )
+
+
+def beacons_to_arrow(beacons: Iterable[Beacon], dims: int) -> pa.Table:
+    beacons = list(beacons)
+    schema = beacon_schema(dims)
+    columns: dict[str, Any] = {
+        name: [getattr(b, name) for b in beacons]
+        for name in ("id", "tenant_id", "agent_id", "interest", "engine", "created_at", "expires_at", "removed")
+    }
+    flat = np.concatenate([b.embedding for b in beacons]).astype(np.float32) if beacons else np.zeros(0, np.float32)
+    columns["embedding"] = pa.FixedSizeListArray.from_arrays(pa.array(flat, pa.float32()), dims)
+    return pa.table({f.name: columns[f.name] for f in schema}, schema=schema)
+
+
+def beacons_from_arrow(table: pa.Table) -> list[Beacon]:
+    if table.num_rows == 0:
+        return []
+    dims = table.schema.field("embedding").type.list_size
+    vectors = table.column("embedding").combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, dims)
+    return [
+        Beacon(
+            id=r["id"],
+            tenant_id=r["tenant_id"],
+            agent_id=r["agent_id"],
+            interest=r["interest"],
+            embedding=np.ascontiguousarray(vectors[i], dtype=np.float32),
+            engine=r["engine"],
+            created_at=_utc(r["created_at"]),
+            expires_at=_utc(r["expires_at"]) if r["expires_at"] else None,
+            removed=bool(r["removed"]),
+        )
+        for i, r in enumerate(table.drop_columns(["embedding"]).to_pylist())
+    ]
+
+
+def agent_node_schema(dims: int) -> pa.Schema:
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("tenant_id", pa.string(), nullable=False),
+            pa.field("count", pa.int64(), nullable=False),
+            pa.field("vector_sum", pa.list_(pa.float64(), dims), nullable=False),
+        ]
+    )
+
+
+def agent_nodes_to_arrow(nodes: Iterable[AgentNode], dims: int) -> pa.Table:
+    rows = [{"id": n.agent_id, "tenant_id": n.tenant_id, "count": n.count, "vector_sum": n.vector_sum.tolist()} for n in nodes]
+    return _table(rows, agent_node_schema(dims))
+
+
+def agent_nodes_from_arrow(table: pa.Table) -> list[AgentNode]:
+    return [
+        AgentNode(
+            agent_id=r["id"], tenant_id=r["tenant_id"], vector_sum=np.asarray(r["vector_sum"], dtype=np.float64), count=r["count"]
+        )
+        for r in table.to_pylist()
+    ]
+
+
+DELIVERY_SCHEMA = pa.schema(
+    [
+        pa.field("agent_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("delivery_id", pa.string(), nullable=False),
+        pa.field("diff_id", pa.string(), nullable=False),
+        pa.field("project_id", pa.string(), nullable=False),
+        pa.field("score", pa.float64(), nullable=False),
+        pa.field("item_json", pa.string(), nullable=False),
+    ]
+)
+
+CURSOR_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("cursor", pa.int64(), nullable=False)])
+
+PROPAGATED_SCHEMA = pa.schema([pa.field("cell_id", pa.string(), nullable=False)])
+
+
+def deliveries_to_arrow(rows: Iterable[tuple[str, StoredDelivery]]) -> pa.Table:
+    return _table(
+        [
+            {
+                "agent_id": agent_id,
+                "seq": d.seq,
+                "delivery_id": d.delivery_id,
+                "diff_id": d.diff_id,
+                "project_id": d.project_id,
+                "score": d.score,
+                "item_json": d.item_json,
+            }
+            for agent_id, d in rows
+        ],
+        DELIVERY_SCHEMA,
+    )
+
+
+def deliveries_from_arrow(table: pa.Table) -> list[tuple[str, StoredDelivery]]:
+    return [
+        (r["agent_id"], StoredDelivery(r["seq"], r["delivery_id"], r["diff_id"], r["project_id"], r["score"], r["item_json"]))
         for r in table.to_pylist()
     ]

@@ -1,20 +1,21 @@
 """The Directory seam: how the rest of memesh finds and calls actors.
 
 Callers address actors by role and partition (``scene_shard(n)``,
-``registry()``), never by a handle they keep, so an actor may restart or move
-(Orleans' virtual actors). Two implementations: :class:`InProcessDirectory`
-(the same actor classes, called directly; unit tests and quick notebooks) and
+``inbox_for(agent_id)``), never by a handle they keep, so an actor may restart
+or move (Orleans' virtual actors). Two implementations: :class:`InProcessDirectory`
+(the same actor classes, called directly; unit tests and notebooks) and
 ``actors.ray_directory.RayDirectory`` (the server, integration tests,
-benchmarks).
+benchmarks). Actors that call other actors (a scene shard running a walk) get
+the directory through ``attach``.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from actors.registry import Registry, RegistryConfig
-from actors.scene_shard import SceneShard, ShardConfig
+from mesh.partition import shard_for
 
 
 class ActorRef(Protocol):
@@ -23,22 +24,59 @@ class ActorRef(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class DirectorySpec:
+    """Where a deployment's actors are: its namespace and partition counts (picklable)."""
+
+    namespace: str
+    scene_shards: int
+    beacon_sets: int
+    inbox_shards: int
+
+
 class Directory(Protocol):
-    @property
-    def scene_shards(self) -> int: ...
+    spec: DirectorySpec
 
     def scene_shard(self, index: int) -> ActorRef: ...
 
+    def beacon_set(self, index: int) -> ActorRef: ...
+
+    def inbox_shard(self, index: int) -> ActorRef: ...
+
     def registry(self) -> ActorRef: ...
 
+    def observatory(self) -> ActorRef: ...
+
     async def close(self) -> None: ...
+
+
+def beacon_set_index(directory: Directory, agent_id: str) -> int:
+    """The one mapping from an agent to the BeaconSet holding its beacons and agent node."""
+    return shard_for(agent_id, directory.spec.beacon_sets)
+
+
+def inbox_index(directory: Directory, agent_id: str) -> int:
+    """The one mapping from an agent to the InboxShard holding its inbox."""
+    return shard_for(agent_id, directory.spec.inbox_shards)
+
+
+def all_refs(directory: Directory) -> list[ActorRef]:
+    spec = directory.spec
+    return [
+        *(directory.scene_shard(i) for i in range(spec.scene_shards)),
+        *(directory.beacon_set(i) for i in range(spec.beacon_sets)),
+        *(directory.inbox_shard(i) for i in range(spec.inbox_shards)),
+        directory.registry(),
+        directory.observatory(),
+    ]
 
 
 class LocalRef:
     """Calls a plain object's method in this process."""
 
-    def __init__(self, target: object) -> None:
+    def __init__(self, target: object, name: str) -> None:
         self.target = target
+        self.name = name
 
     async def call(self, method: str, *args: Any) -> Any:
         result = getattr(self.target, method)(*args)
@@ -48,23 +86,32 @@ class LocalRef:
 
 
 class InProcessDirectory:
-    """Every actor instance lives in this process (no Ray)."""
+    """Every actor instance lives in this process (no Ray). ``actors`` maps a name to an instance."""
 
-    def __init__(self, shard_configs: list[ShardConfig], registry_config: RegistryConfig) -> None:
-        self._shards = [LocalRef(SceneShard(c)) for c in shard_configs]
-        self._registry = LocalRef(Registry(registry_config))
-
-    @property
-    def scene_shards(self) -> int:
-        return len(self._shards)
+    def __init__(self, spec: DirectorySpec, actors: dict[str, object]) -> None:
+        self.spec = spec
+        self._refs = {name: LocalRef(actor, name) for name, actor in actors.items()}
+        for actor in actors.values():
+            attach = getattr(actor, "attach", None)
+            if attach is not None:
+                attach(self)
 
     def scene_shard(self, index: int) -> LocalRef:
-        return self._shards[index]
+        return self._refs[f"scene_shard:{index}"]
+
+    def beacon_set(self, index: int) -> LocalRef:
+        return self._refs[f"beacon_set:{index}"]
+
+    def inbox_shard(self, index: int) -> LocalRef:
+        return self._refs[f"inbox_shard:{index}"]
 
     def registry(self) -> LocalRef:
-        return self._registry
+        return self._refs["registry"]
+
+    def observatory(self) -> LocalRef:
+        return self._refs["observatory"]
 
     async def close(self) -> None:
-        """Drain every actor's pending commits (the tables may then be opened by another owner)."""
-        for ref in [*self._shards, self._registry]:
+        """Drain every actor's pending work (its tables may then be opened by another owner)."""
+        for ref in all_refs(self):
             await ref.call("close")

@@ -16,9 +16,10 @@ from enum import StrEnum
 from typing import Any
 
 from actors.clock import Clock, IdSource, utc_now
-from actors.directory import Directory
+from actors.directory import Directory, all_refs
 from actors.embedding import Embedder
 from actors.identity_service import IdentityService
+from actors.inbox_service import InboxLimits, InboxService
 from actors.memory_service import MemoryLimits, MemoryService
 from mesh.errors import MemeshError, Unavailable
 from mesh.identity import Principal
@@ -44,6 +45,7 @@ class Memesh:
         recall_tuning: RecallTuning = RecallTuning(),
         limits: MemoryLimits = MemoryLimits(),
         principal_cache_ttl_s: float = 30.0,
+        inbox_limits: InboxLimits = InboxLimits(),
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -52,6 +54,7 @@ class Memesh:
         ids = IdSource(clock)
         self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic)
+        self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits)
         self._buckets = TokenBuckets(rate_policies)
         self._monotonic = monotonic
 
@@ -67,18 +70,21 @@ class Memesh:
 
     async def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
         """Each actor's own figures; Unavailable when one does not answer in time."""
-        calls = [self.directory.scene_shard(i).call("health") for i in range(self.directory.scene_shards)]
-        calls.append(self.directory.registry().call("health"))
+        spec = self.directory.spec
         try:
-            answers = await asyncio.wait_for(asyncio.gather(*calls), timeout_s)
+            answers = await asyncio.wait_for(asyncio.gather(*(ref.call("health") for ref in all_refs(self.directory))), timeout_s)
         except (TimeoutError, MemeshError) as exc:
             raise Unavailable("an actor did not answer") from exc
-        shards, registry = answers[:-1], answers[-1]
+        shards = answers[: spec.scene_shards]
+        beacons = answers[spec.scene_shards : spec.scene_shards + spec.beacon_sets]
+        inboxes = answers[spec.scene_shards + spec.beacon_sets : -2]
         return {
             "cells": sum(s["cells"] for s in shards),
             "scenes": sum(s["scenes"] for s in shards),
-            "agents": registry["agents"],
-            "scene_shards": len(shards),
+            "beacons": sum(b["beacons"] for b in beacons),
+            "inboxes": sum(i["inboxes"] for i in inboxes),
+            "agents": answers[-2]["agents"],
+            "actors": len(answers),
             "embedding_engine": self.embedder.name,
         }
 

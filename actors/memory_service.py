@@ -195,7 +195,10 @@ class MemoryService:
             allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
             flt = replace(flt, project_ids=frozenset(allowed))
         parts = await asyncio.gather(
-            *(self._dir.scene_shard(i).call("search", principal.tenant_id, vector, k, flt) for i in range(self._dir.scene_shards))
+            *(
+                self._dir.scene_shard(i).call("search", principal.tenant_id, vector, k, flt)
+                for i in range(self._dir.spec.scene_shards)
+            )
         )
         merged = [hit for part in parts for hit in part]
         merged.sort(key=lambda h: (-h[1], h[0].id))
@@ -248,7 +251,7 @@ class MemoryService:
         parts = await asyncio.gather(
             *(
                 self._dir.scene_shard(i).call("list_scenes", principal.tenant_id, project_id, after, limit + 1)
-                for i in range(self._dir.scene_shards)
+                for i in range(self._dir.spec.scene_shards)
             )
         )
         scenes = sorted((s for part in parts for s in part if principal.can_read_project(s.project_id)), key=lambda s: s.id)
@@ -264,7 +267,7 @@ class MemoryService:
 
     async def _find_scene(self, principal: Principal, scene_id: str) -> tuple[int, Scene]:
         home = self._scene_home.get(scene_id)
-        candidates = [home] if home is not None else list(range(self._dir.scene_shards))
+        candidates = [home] if home is not None else list(range(self._dir.spec.scene_shards))
         for shard in candidates:
             try:
                 scene: Scene = await self._dir.scene_shard(shard).call("get_scene", principal.tenant_id, scene_id)
@@ -277,4 +280,4 @@ class MemoryService:
         raise NotFound("scene not found")
 
     def _shard_of(self, tenant_id: str, project_id: str) -> int:
-        return shard_for(partition_key(tenant_id, project_id), self._dir.scene_shards)
+        return shard_for(partition_key(tenant_id, project_id), self._dir.spec.scene_shards)

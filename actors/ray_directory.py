@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
-from actors.registry import Registry, RegistryConfig
-from actors.scene_shard import SceneShard, ShardConfig
+from actors.directory import DirectorySpec, all_refs
 from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
 
 _ACTOR_OPTIONS: dict[str, Any] = {
@@ -59,32 +59,63 @@ def _actor(cls: type, name: str, namespace: str, *args: Any) -> RayRef:
 
 
 class RayDirectory:
-    """Actors of one deployment (one Ray namespace) on the connected Ray cluster."""
+    """Actors of one deployment (one Ray namespace) on the connected Ray cluster.
 
-    def __init__(self, namespace: str, shard_configs: list[ShardConfig], registry_config: RegistryConfig) -> None:
+    Built with ``plan`` (name -> (class, args)) it creates the actors, or
+    attaches to ones already running; built without, it only looks actors up
+    by name, lazily (what actors use to reach each other).
+    """
+
+    def __init__(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None) -> None:
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
-        self.namespace = namespace
-        self._shards = [_actor(SceneShard, f"scene_shard:{c.index}", namespace, c) for c in shard_configs]
-        self._registry = _actor(Registry, "registry", namespace, registry_config)
+        self.spec = spec
+        self._refs: dict[str, RayRef] = {}
+        for name, (cls, args) in (plan or {}).items():
+            self._refs[name] = _actor(cls, name, spec.namespace, *args)
 
-    @property
-    def scene_shards(self) -> int:
-        return len(self._shards)
+    def _ref(self, name: str) -> RayRef:
+        ref = self._refs.get(name)
+        if ref is None:
+            try:
+                handle = ray.get_actor(name, namespace=self.spec.namespace)
+            except ValueError as exc:
+                raise Unavailable(f"{name} is not running") from exc
+            ref = self._refs[name] = RayRef(handle, name)
+        return ref
 
     def scene_shard(self, index: int) -> RayRef:
-        return self._shards[index]
+        return self._ref(f"scene_shard:{index}")
+
+    def beacon_set(self, index: int) -> RayRef:
+        return self._ref(f"beacon_set:{index}")
+
+    def inbox_shard(self, index: int) -> RayRef:
+        return self._ref(f"inbox_shard:{index}")
 
     def registry(self) -> RayRef:
-        return self._registry
+        return self._ref("registry")
+
+    def observatory(self) -> RayRef:
+        return self._ref("observatory")
 
     async def close(self) -> None:
-        refs = [*self._shards, self._registry]
+        refs = [r for r in all_refs(self) if isinstance(r, RayRef)]
         with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain
             await asyncio.wait_for(asyncio.gather(*(ref.call("close") for ref in refs), return_exceptions=True), 30)
         for ref in refs:
             with contextlib.suppress(Exception):  # already gone is fine at shutdown
                 ray.kill(ref.handle, no_restart=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RayLookup:
+    """A picklable way for an actor to find the others: ``RayLookup(spec)()`` is a lookup-only directory."""
+
+    spec: DirectorySpec
+
+    def __call__(self) -> RayDirectory:
+        return RayDirectory(self.spec)
 
 
 def connect(address: str | None, namespace: str) -> None:

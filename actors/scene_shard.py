@@ -16,16 +16,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
 
 from actors.clock import IdSource
-from actors.codecs import cell_schema, cells_from_arrow, cells_to_arrow, scene_schema, scenes_from_arrow, scenes_to_arrow
+from actors.codecs import (
+    PROPAGATED_SCHEMA,
+    cell_schema,
+    cells_from_arrow,
+    cells_to_arrow,
+    scene_schema,
+    scenes_from_arrow,
+    scenes_to_arrow,
+)
+from actors.directory import Directory
+from actors.propagation import PropagationConfig, Propagator
 from actors.storage import GroupCommitter, LanceStore, RowTable
 from mesh.model import Cell, Scene, Vector
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import SceneTuning
+from mesh.walk import Candidate, NodeKind
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +54,8 @@ class ShardConfig:
     commit_window_s: float = 0.002
     commit_max_rows: int = 1024
     optimize_every: int = 64
+    propagation: PropagationConfig | None = None  # None: this shard starts no walks
+    max_concurrent_walks: int = 32
 
 
 @dataclass(slots=True)
@@ -49,8 +66,21 @@ class _Change:
 
 
 class SceneShard:
-    def __init__(self, config: ShardConfig) -> None:
+    """Also the home of the walks its writes start (see ``actors.propagation``).
+
+    A committed cell's walk runs in the background; its completion is recorded
+    in ``scene_shard_<n>_propagated``, and a restarted shard replays the walks
+    of cells without that record (deliveries are idempotent by id).
+    """
+
+    def __init__(self, config: ShardConfig, lookup: Callable[[], Directory] | None = None) -> None:
         self.config = config
+        self._lookup = lookup
+        self._directory: Directory | None = None
+        self._walk_slots = asyncio.Semaphore(config.max_concurrent_walks)
+        self._propagator = Propagator(config.propagation, self._dir) if config.propagation else None
+        self._walked: set[str] = set()
+        self._walked_table: RowTable | None = None
         self.partition = MemoryPartition(config.dims, config.tuning)
         self._cells: RowTable | None = None
         self._scenes: RowTable | None = None
@@ -60,12 +90,27 @@ class SceneShard:
         self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
         self._ids = IdSource()
+        self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        if self._propagator is not None:
+            await self._propagator.close()
         await self._commit.close()
+        await self._walked_commit.close()
+
+    def attach(self, directory: Directory) -> None:
+        """Give the shard the directory its walks use (in-process; Ray shards look it up)."""
+        self._directory = directory
+
+    def _dir(self) -> Directory:
+        if self._directory is None:
+            if self._lookup is None:
+                raise RuntimeError("this shard has no directory to walk with")
+            self._directory = self._lookup()
+        return self._directory
 
     async def _ready(self) -> MemoryPartition:
         if self._loaded:
@@ -80,7 +125,13 @@ class SceneShard:
                 cells = cells_from_arrow(await self._cells.read_all())
                 self.partition.load(scenes, cells)
                 self._persisted = {s.id for s in scenes} | {c.id for c in cells}
+                self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
+                self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
                 self._loaded = True
+                if self._propagator is not None:
+                    for cell in sorted(cells, key=lambda c: c.id):
+                        if cell.id not in self._walked and cell.live:
+                            self._spawn(self._walk(cell))
                 log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
         return self.partition
 
@@ -97,7 +148,53 @@ class SceneShard:
         created = {c.id for c in outcome.created}
         changes += [_Change("cell", False, c) for c in outcome.cells if c.id not in self._persisted and c.id not in created]
         await self._commit.submit(changes)
+        if self._propagator is not None:
+            for cell in outcome.created:
+                self._spawn(self._walk(cell))
         return outcome.cells
+
+    async def settle(self, timeout_s: float = 30.0) -> int:
+        """Wait until every walk started so far has finished; returns how many were waited for.
+
+        For tests, benchmarks and orderly shutdown; bounded by ``timeout_s``.
+        """
+        waited = 0
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            pending = [t for t in self._background if not t.done()]
+            remaining = deadline - asyncio.get_running_loop().time()
+            if not pending or remaining <= 0:
+                return waited
+            waited += len(pending)
+            await asyncio.wait(pending, timeout=remaining)
+
+    async def _walk(self, cell: Cell) -> None:
+        assert self._propagator is not None and self._walked_table is not None
+        async with self._walk_slots:
+            scene = self.partition.scenes.get(cell.scene_id or "")
+            origin = scene.centroid if scene is not None and scene.live_count else cell.embedding
+            await self._propagator.propagate(cell, origin, datetime.now(UTC))
+            if cell.id not in self._walked:
+                self._walked.add(cell.id)
+                await self._walked_commit.submit([cell.id])
+
+    async def _flush_walked(self, cell_ids: list[str]) -> None:
+        assert self._walked_table is not None
+        await self._walked_table.append(pa.Table.from_pylist([{"cell_id": c} for c in cell_ids], schema=PROPAGATED_SCHEMA))
+        await self._walked_table.optimize_if_due(self.config.optimize_every)
+
+    async def neighbours(
+        self, tenant_id: str, queries: list[tuple[str, Vector]], diff_vector: Vector, k: int
+    ) -> dict[str, list[Candidate]]:
+        """For each frontier node, this shard's ``k`` live scenes of the tenant nearest it."""
+        partition = await self._ready()
+        answer: dict[str, list[Candidate]] = {}
+        for frontier_id, vector in queries:
+            answer[frontier_id] = [
+                Candidate(scene.id, NodeKind.SCENE, sim, float(np.dot(scene.centroid, diff_vector)), None, scene.centroid)
+                for scene, sim in partition.scene_neighbours(tenant_id, vector, k)
+            ]
+        return answer
 
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         partition = await self._ready()

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 from actors.facade import Memesh
 from api.errors import error_response, install_error_handlers
 from api.gate import V1Gate
+from api.inbox import router as inbox_router
 from api.openapi import API_VERSION, build_openapi
 from api.schemas import HealthOut
-from api.v1 import router as v1_router
+from api.v1 import router as memory_router
 from mesh.errors import ErrorCode, MemeshError
 
 
@@ -21,8 +22,11 @@ def create_app(memesh: Memesh, max_body_bytes: int = 4 * 1024 * 1024, request_ti
     app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None)
     app.state.memesh = memesh
     install_error_handlers(app)
-    app.include_router(v1_router)
-    openapi_doc = build_openapi(v1_router)
+    v1 = APIRouter()
+    v1.include_router(memory_router)
+    v1.include_router(inbox_router)
+    app.include_router(v1)
+    openapi_doc = build_openapi(v1)
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:

@@ -161,3 +161,65 @@ class ErrorBody(BaseModel):
 
 class ErrorOut(BaseModel):
     error: ErrorBody
+
+
+class BeaconIn(_Request):
+    interest: StrictStr = Field(min_length=1, description="The interest text the beacon stands for.")
+    expires_at: datetime | None = Field(None, description="RFC 3339; the beacon stops attracting deliveries then.")
+    ttl_s: Annotated[float, Field(gt=0, strict=True)] | None = Field(
+        None, description="Alternative to expires_at: seconds from now."
+    )
+
+
+class BeaconOut(BaseModel):
+    node_id: UUID
+
+
+class PullIn(_Request):
+    since: StrictInt | None = Field(None, ge=0, description="Page floor for this call only (strictly greater than).")
+    ack: StrictInt | None = Field(None, ge=0, description="Largest sequence all of whose items were handled.")
+    limit: StrictInt | None = Field(None, ge=0, description="0 or absent: pull.max_batch; larger values are clamped to it.")
+
+
+class DiffProvenance(BaseModel):
+    tenant_id: str
+    project_id: str
+    origin_agent: str
+    scene_id: str | None
+    session_id: str | None
+    created_at: datetime
+
+
+class DiffOut(BaseModel):
+    id: str
+    cell_id: str
+    content: str
+    cell_type: CellType
+    layer: Layer
+    salience: float
+    energy: float = Field(description="The diff's initial energy.")
+    embedding_engine: str
+    provenance: DiffProvenance
+    embedding: list[float]
+
+
+class DeliveryOut(BaseModel):
+    score: float = Field(description="Relevance of the diff to the node that received it.")
+    hops: int
+    energy: float = Field(description="Energy left when the diff reached the node.")
+    delivered_at: datetime
+    node_id: str
+    node_kind: Literal["agent", "beacon"]
+
+
+class SeqInboxItem(BaseModel):
+    delivery_seq: int
+    diff: DiffOut
+    delivery: DeliveryOut
+
+
+class PullOut(BaseModel):
+    items: list[SeqInboxItem]
+    cursor: int
+    window_high: int
+    has_more: bool

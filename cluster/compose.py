@@ -9,14 +9,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from actors.directory import Directory, InProcessDirectory
+from actors.beacon_set import BeaconSet, BeaconSetConfig
+from actors.directory import Directory, DirectorySpec, InProcessDirectory
 from actors.embedding import Embedder, make_engine
 from actors.facade import Bucket, Memesh
+from actors.inbox_service import InboxLimits
+from actors.inbox_shard import InboxShard, InboxShardConfig
 from actors.memory_service import MemoryLimits
-from actors.registry import RegistryConfig
-from actors.scene_shard import ShardConfig
+from actors.observatory import Observatory, ObservatoryConfig
+from actors.propagation import PropagationConfig
+from actors.registry import Registry, RegistryConfig
+from actors.scene_shard import SceneShard, ShardConfig
 from cluster.settings import Settings
 from mesh.ratelimit import BucketPolicy
 
@@ -25,32 +32,57 @@ log = logging.getLogger(__name__)
 BOOTSTRAP_KEY_FILE = "bootstrap-admin.key"
 
 
-def shard_configs(settings: Settings, dims: int) -> list[ShardConfig]:
-    return [
-        ShardConfig(
-            storage_uri=settings.storage.lance_uri(),
+def directory_spec(settings: Settings) -> DirectorySpec:
+    ray = settings.ray
+    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards)
+
+
+def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | None) -> dict[str, tuple[type, tuple[Any, ...]]]:
+    """Every actor of the deployment: its name, class and constructor arguments."""
+    uri = settings.storage.lance_uri()
+    storage = settings.storage
+    window = storage.commit_window_ms / 1000.0
+    prop = settings.propagation
+    propagation = PropagationConfig(
+        policy=prop.policy(),
+        deliver_to_writer=prop.deliver_to_writer,
+        observe=settings.observatory_enabled,
+        sample_rate=settings.observatory.sample_rate,
+        max_inflight_records=prop.max_inflight_records,
+    )
+    plan: dict[str, tuple[type, tuple[Any, ...]]] = {}
+    for i in range(settings.ray.scene_shards):
+        config = ShardConfig(
+            storage_uri=uri,
             index=i,
             dims=dims,
             tuning=settings.scenes.tuning(),
-            commit_window_s=settings.storage.commit_window_ms / 1000.0,
-            commit_max_rows=settings.storage.commit_max_rows,
-            optimize_every=settings.storage.optimize_every,
+            commit_window_s=window,
+            commit_max_rows=storage.commit_max_rows,
+            optimize_every=storage.optimize_every,
+            propagation=propagation,
+            max_concurrent_walks=prop.max_concurrent_walks,
         )
-        for i in range(settings.ray.scene_shards)
-    ]
-
-
-def registry_config(settings: Settings) -> RegistryConfig:
-    return RegistryConfig(storage_uri=settings.storage.lance_uri(), optimize_every=settings.storage.optimize_every)
+        plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
+    for i in range(settings.ray.beacon_sets):
+        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(uri, i, dims, window, storage.optimize_every),))
+    for i in range(settings.ray.inbox_shards):
+        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(uri, i, window, storage.optimize_every),))
+    plan["registry"] = (Registry, (RegistryConfig(storage_uri=uri, optimize_every=storage.optimize_every),))
+    observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
+    plan["observatory"] = (Observatory, (observatory,))
+    return plan
 
 
 def build_directory(settings: Settings, dims: int) -> Directory:
+    spec = directory_spec(settings)
     if settings.ray.in_process:
-        return InProcessDirectory(shard_configs(settings, dims), registry_config(settings))
-    from actors.ray_directory import RayDirectory, connect
+        plan = actor_plan(settings, dims, None)
+        return InProcessDirectory(spec, {name: cls(*args) for name, (cls, args) in plan.items()})
+    from actors.ray_directory import RayDirectory, RayLookup, connect
 
     connect(settings.ray.address, settings.ray.namespace)
-    return RayDirectory(settings.ray.namespace, shard_configs(settings, dims), registry_config(settings))
+    return RayDirectory(spec, actor_plan(settings, dims, RayLookup(spec)))
 
 
 def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
@@ -81,6 +113,7 @@ def build_memesh(settings: Settings) -> Memesh:
             max_list=limits.max_list,
         ),
         principal_cache_ttl_s=settings.admin.principal_cache_ttl_s,
+        inbox_limits=InboxLimits(max_batch=settings.pull.max_batch, max_interest_chars=limits.max_text_chars),
     )
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from mesh.tuning import RecallTuning, SceneTuning
+from mesh.walk import EnergyPolicy
 
 
 class _Section(BaseModel):
@@ -49,6 +50,8 @@ class RaySettings(_Section):
     address: str | None = None  # join this cluster; None starts a local Ray
     namespace: str = "memesh"
     scene_shards: int = Field(2, ge=1, le=1024)
+    beacon_sets: int = Field(2, ge=1, le=1024)
+    inbox_shards: int = Field(2, ge=1, le=1024)
     in_process: bool = False  # run every actor inside the server process (no Ray); for notebooks and debugging
 
 
@@ -85,6 +88,40 @@ class RateLimitSettings(_Section):
     write: BucketSettings = BucketSettings()
     inbox: InboxBucketSettings = InboxBucketSettings()
     admin: AdminBucketSettings = AdminBucketSettings()
+
+
+class PropagationSettings(_Section):
+    """The energy walk (docs/propagation.md): energy, costs, gate, fan-out."""
+
+    base_energy: float = Field(0.4, gt=0, le=10)
+    salience_energy: float = Field(0.6, ge=0, le=10)
+    min_cost: float = Field(0.05, gt=0)
+    max_cost: float = Field(0.5, gt=0)
+    floor: float = Field(0.05, ge=0)
+    gate: float = Field(0.3, ge=-1, le=1)
+    fan_out: int = Field(8, ge=1, le=256)
+    max_hops: int = Field(16, ge=1, le=256)
+    deliver_to_writer: bool = False
+    max_concurrent_walks: int = Field(32, ge=1)
+    max_inflight_records: int = Field(64, ge=1)
+
+    @model_validator(mode="after")
+    def _costs_ordered(self) -> PropagationSettings:
+        if self.max_cost < self.min_cost:
+            raise ValueError("propagation.max_cost must be at least min_cost")
+        return self
+
+    def policy(self) -> EnergyPolicy:
+        return EnergyPolicy(
+            base_energy=self.base_energy,
+            salience_energy=self.salience_energy,
+            min_cost=self.min_cost,
+            max_cost=self.max_cost,
+            floor=self.floor,
+            gate=self.gate,
+            fan_out=self.fan_out,
+            max_hops=self.max_hops,
+        )
 
 
 class ObservatorySettings(_Section):
@@ -142,6 +179,7 @@ class Settings(BaseSettings):
     ray: RaySettings = RaySettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     pull: PullSettings = PullSettings()
+    propagation: PropagationSettings = PropagationSettings()
     rate_limits: RateLimitSettings = RateLimitSettings()
     observatory: ObservatorySettings = ObservatorySettings()
     admin: AdminSettings = AdminSettings()

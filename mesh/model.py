@@ -102,6 +102,41 @@ class Scene:
         return normalize(self.vector_sum.astype(np.float32))
 
 
+@dataclass(slots=True, eq=False)
+class Beacon:
+    """An agent's standing interest: its vector is the embedding of ``interest``."""
+
+    id: str
+    tenant_id: str
+    agent_id: str
+    interest: str
+    embedding: Vector
+    engine: str
+    created_at: datetime
+    expires_at: datetime | None = None
+    removed: bool = False
+
+    def active(self, now: datetime) -> bool:
+        return not self.removed and (self.expires_at is None or self.expires_at > now)
+
+
+@dataclass(slots=True, eq=False)
+class AgentNode:
+    """An agent in the mesh: its vector is the running mean of the cells it wrote.
+
+    Its node id is the agent id.
+    """
+
+    agent_id: str
+    tenant_id: str
+    vector_sum: npt.NDArray[np.float64]
+    count: int = 0
+
+    @property
+    def vector(self) -> Vector:
+        return normalize(self.vector_sum.astype(np.float32))
+
+
 @dataclass(slots=True, frozen=True)
 class NewCell:
     """A cell as a caller asks for it, before ids, embedding and scene are settled.

@@ -127,6 +127,7 @@ class MemoryPartition:
         self.scenes: dict[str, Scene] = {}
         self._tenants: dict[str, _TenantCells] = {}
         self._centroids: dict[tuple[str, str], VectorIndex] = {}
+        self._tenant_scenes: dict[str, VectorIndex] = {}
 
     # ----------------------------------------------------------------- loading
     def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
@@ -138,7 +139,7 @@ class MemoryPartition:
         for cell in sorted(cells, key=lambda c: c.id):
             self._insert(cell)
         for scene in self.scenes.values():
-            self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+            self._update_centroid(scene)
 
     # ------------------------------------------------------------------ writes
     def write(self, cells: list[Cell], new_scene_ids: list[str]) -> WriteOutcome:
@@ -155,7 +156,7 @@ class MemoryPartition:
             scene = self._scene_for(cell, spare, outcome)
             cell.scene_id = scene.id
             self._insert(cell)
-            self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+            self._update_centroid(scene)
             outcome.cells.append(cell)
             outcome.created.append(cell)
         return outcome
@@ -303,7 +304,7 @@ class MemoryPartition:
         )
         scene.live_count = len(live)
         scene.summary_dirty = True
-        self._centroid_index(scene).upsert(scene.id, scene.centroid, live=scene.live_count > 0)
+        self._update_centroid(scene)
 
     # ----------------------------------------------------------------- helpers
     def _tenant(self, tenant_id: str) -> _TenantCells:
@@ -311,6 +312,21 @@ class MemoryPartition:
         if tenant is None:
             tenant = self._tenants[tenant_id] = _TenantCells(self.dims)
         return tenant
+
+    def _update_centroid(self, scene: Scene) -> None:
+        centroid, live = scene.centroid, scene.live_count > 0
+        self._centroid_index(scene).upsert(scene.id, centroid, live=live)
+        index = self._tenant_scenes.get(scene.tenant_id)
+        if index is None:
+            index = self._tenant_scenes[scene.tenant_id] = VectorIndex(self.dims, capacity=16)
+        index.upsert(scene.id, centroid, live=live)
+
+    def scene_neighbours(self, tenant_id: str, vector: Vector, k: int) -> list[tuple[Scene, float]]:
+        """The tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
+        index = self._tenant_scenes.get(tenant_id)
+        if index is None:
+            return []
+        return [(self.scenes[sid], sim) for sid, sim in index.search(vector, k)]
 
     def _centroid_index(self, scene: Scene) -> VectorIndex:
         key = (scene.tenant_id, scene.project_id)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
+from actors.directory import all_refs
 from actors.facade import Memesh
 from actors.ray_directory import RayDirectory
 from cluster.compose import build_memesh
@@ -44,9 +45,7 @@ async def kill(memesh: Memesh, ref_name: str) -> None:
     """Kill the actor's process and wait until Ray has restarted it (a new pid answers)."""
     directory = memesh.directory
     assert isinstance(directory, RayDirectory)
-    ref = {r.name: r for r in [directory.registry(), *(directory.scene_shard(i) for i in range(directory.scene_shards))]}[
-        ref_name
-    ]
+    ref = {r.name: r for r in all_refs(directory)}[ref_name]
     before = (await ref.call("health"))["pid"]
     ray.kill(ref.handle, no_restart=False)
     for _ in range(200):

@@ -1,0 +1,207 @@
+"""BeaconSet: the beacons and agent nodes of a partition of agents.
+
+Guarantees:
+- Single writer of ``beacon_set_<n>_beacons`` and ``beacon_set_<n>_agents``;
+  ``place`` and ``remove`` answer after their row is committed.
+- ``place`` is idempotent by beacon id; ``remove`` by anyone but the owner is a
+  NotFound, like a missing beacon.
+- An agent node's vector is the running mean of the cells its agent wrote
+  (``observe``); persisted with group commit (soft: a crash may lose the last
+  few observations, never a beacon).
+- ``neighbours`` answers for one tenant only, never returns a removed or
+  expired beacon, and leaves out the writer's own nodes when asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+from actors.codecs import (
+    agent_node_schema,
+    agent_nodes_from_arrow,
+    agent_nodes_to_arrow,
+    beacon_schema,
+    beacons_from_arrow,
+    beacons_to_arrow,
+)
+from actors.storage import GroupCommitter, LanceStore, RowTable
+from mesh.errors import NotFound, QuotaExceeded
+from mesh.model import AgentNode, Beacon, Vector
+from mesh.vector_index import VectorIndex
+from mesh.walk import Candidate, NodeKind
+
+
+@dataclass(frozen=True, slots=True)
+class BeaconSetConfig:
+    storage_uri: str
+    index: int
+    dims: int
+    commit_window_s: float = 0.002
+    optimize_every: int = 64
+
+
+class _TenantNodes:
+    """A tenant's beacons and agent nodes in one index, with who owns each row."""
+
+    def __init__(self, dims: int) -> None:
+        self.index = VectorIndex(dims)
+        self.kind: dict[str, NodeKind] = {}
+        self.agent: dict[str, str] = {}
+        self.expires: dict[str, datetime] = {}
+        self.by_agent: dict[str, set[str]] = {}
+
+    def own(self, node_id: str, kind: NodeKind, agent_id: str) -> None:
+        self.kind[node_id] = kind
+        self.agent[node_id] = agent_id
+        self.by_agent.setdefault(agent_id, set()).add(node_id)
+
+
+class BeaconSet:
+    def __init__(self, config: BeaconSetConfig) -> None:
+        self.config = config
+        self.beacons: dict[str, Beacon] = {}
+        self.agents: dict[str, AgentNode] = {}
+        self._tenants: dict[str, _TenantNodes] = {}
+        self._beacon_table: RowTable | None = None
+        self._agent_table: RowTable | None = None
+        self._loaded = False
+        self._load_lock = asyncio.Lock()
+        self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
+        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
+
+    async def _ready(self) -> None:
+        if self._loaded:
+            return
+        async with self._load_lock:
+            if self._loaded:
+                return
+            store = await LanceStore.open(self.config.storage_uri)
+            prefix = f"beacon_set_{self.config.index}"
+            self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
+            self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
+            for beacon in beacons_from_arrow(await self._beacon_table.read_all()):
+                self._put_beacon(beacon)
+            for node in agent_nodes_from_arrow(await self._agent_table.read_all()):
+                self._put_agent(node)
+            self._loaded = True
+
+    def _tenant(self, tenant_id: str) -> _TenantNodes:
+        nodes = self._tenants.get(tenant_id)
+        if nodes is None:
+            nodes = self._tenants[tenant_id] = _TenantNodes(self.config.dims)
+        return nodes
+
+    def _put_beacon(self, beacon: Beacon) -> None:
+        self.beacons[beacon.id] = beacon
+        nodes = self._tenant(beacon.tenant_id)
+        nodes.index.upsert(beacon.id, beacon.embedding, live=not beacon.removed)
+        nodes.own(beacon.id, NodeKind.BEACON, beacon.agent_id)
+        if beacon.expires_at is not None:
+            nodes.expires[beacon.id] = beacon.expires_at
+
+    def _put_agent(self, node: AgentNode) -> None:
+        self.agents[node.agent_id] = node
+        nodes = self._tenant(node.tenant_id)
+        nodes.index.upsert(node.agent_id, node.vector, live=node.count > 0)
+        nodes.own(node.agent_id, NodeKind.AGENT, node.agent_id)
+
+    async def health(self) -> dict[str, int]:
+        await self._ready()
+        return {
+            "beacons": sum(1 for b in self.beacons.values() if not b.removed),
+            "agent_nodes": len(self.agents),
+            "pid": os.getpid(),
+        }
+
+    async def place(self, beacon: Beacon, max_per_agent: int) -> Beacon:
+        """Idempotent by id; QuotaExceeded past ``max_per_agent`` active beacons."""
+        await self._ready()
+        existing = self.beacons.get(beacon.id)
+        if existing is not None:
+            return existing
+        owned = self._tenant(beacon.tenant_id).by_agent.get(beacon.agent_id, set())
+        active = sum(1 for b in owned if b in self.beacons and self.beacons[b].active(beacon.created_at))
+        if active >= max_per_agent:
+            raise QuotaExceeded(f"an agent holds at most {max_per_agent} beacons")
+        self._put_beacon(beacon)
+        await self._beacon_commit.submit([beacon])
+        return beacon
+
+    async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> None:
+        """Remove the caller's own beacon; removing twice is a no-op."""
+        await self._ready()
+        beacon = self.beacons.get(beacon_id)
+        if beacon is None or beacon.tenant_id != tenant_id or beacon.agent_id != agent_id:
+            raise NotFound("beacon not found")
+        if beacon.removed:
+            return
+        beacon.removed = True
+        self._tenant(tenant_id).index.set_live(beacon_id, False)
+        await self._beacon_commit.submit([beacon])
+
+    async def list_for(self, tenant_id: str, agent_id: str, now: datetime) -> list[Beacon]:
+        await self._ready()
+        return sorted(
+            (b for b in self.beacons.values() if b.tenant_id == tenant_id and b.agent_id == agent_id and b.active(now)),
+            key=lambda b: b.id,
+        )
+
+    async def observe(self, agent_id: str, tenant_id: str, vectors: list[Vector]) -> None:
+        """Move the agent node's running mean by the cells it just wrote."""
+        await self._ready()
+        node = self.agents.get(agent_id) or AgentNode(agent_id, tenant_id, np.zeros(self.config.dims, dtype=np.float64))
+        for vector in vectors:
+            node.vector_sum = node.vector_sum + vector
+            node.count += 1
+        self._put_agent(node)
+        await self._agent_commit.submit([node])
+
+    async def neighbours(
+        self,
+        tenant_id: str,
+        queries: list[tuple[str, Vector]],
+        diff_vector: Vector,
+        k: int,
+        exclude_agent: str | None,
+        now: datetime,
+    ) -> dict[str, list[Candidate]]:
+        """For each frontier node, this set's ``k`` nearest active beacons and agent nodes of the tenant."""
+        await self._ready()
+        nodes = self._tenants.get(tenant_id)
+        if nodes is None or nodes.index.size == 0:
+            return {}
+        mask = np.ones(nodes.index.size, dtype=np.bool_)
+        for node_id, expires in nodes.expires.items():
+            if expires <= now:
+                mask[nodes.index.row_of(node_id)] = False
+        for node_id in nodes.by_agent.get(exclude_agent or "", ()):
+            mask[nodes.index.row_of(node_id)] = False
+        relevance = nodes.index.scores(diff_vector)
+        answer: dict[str, list[Candidate]] = {}
+        for frontier_id, vector in queries:
+            answer[frontier_id] = [
+                Candidate(node_id, nodes.kind[node_id], sim, float(relevance[nodes.index.row_of(node_id)]), nodes.agent[node_id])
+                for node_id, sim in nodes.index.search(vector, k, mask)
+            ]
+        return answer
+
+    async def close(self) -> None:
+        await self._beacon_commit.close()
+        await self._agent_commit.close()
+
+    async def _flush_beacons(self, beacons: list[Beacon]) -> None:
+        assert self._beacon_table is not None
+        latest = {b.id: b for b in beacons}
+        await self._beacon_table.upsert(beacons_to_arrow(latest.values(), self.config.dims))
+        await self._beacon_table.optimize_if_due(self.config.optimize_every)
+
+    async def _flush_agents(self, nodes: list[AgentNode]) -> None:
+        assert self._agent_table is not None
+        latest = {n.agent_id: n for n in nodes}
+        await self._agent_table.upsert(agent_nodes_to_arrow(latest.values(), self.config.dims))
+        await self._agent_table.optimize_if_due(self.config.optimize_every)

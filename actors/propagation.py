@@ -1,0 +1,203 @@
+"""Propagation: run a diff's energy walk across the actors that own the nodes.
+
+The walk's decisions are the pure :class:`mesh.walk.WalkState`; this module
+carries them out. Each wave is one message to every SceneShard and BeaconSet
+(their nodes nearest the frontier), gathered in full before the wave is
+decided, so the outcome never depends on which answer arrives first. Reaches
+become deliveries, batched per InboxShard; events go to the Observatory when
+the diff is sampled, fire-and-forget and bounded.
+
+Guarantees: a walk is a pure function of the mesh state, the diff and ``now``;
+replaying it (after a crash) makes the same delivery ids, which inboxes
+de-duplicate; the writer's own agent node and beacons are left out unless
+``deliver_to_writer`` is set; a walk never leaves its tenant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from actors.directory import Directory, beacon_set_index, inbox_index
+from actors.inbox_shard import InboxDelivery
+from mesh.model import Cell, Vector
+from mesh.walk import EnergyPolicy, HopEvent, Reach, WalkState, merge_candidates
+
+log = logging.getLogger(__name__)
+DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
+
+
+@dataclass(frozen=True, slots=True)
+class PropagationConfig:
+    policy: EnergyPolicy = field(default_factory=EnergyPolicy)
+    deliver_to_writer: bool = False
+    observe: bool = True
+    sample_rate: float = 1.0
+    max_inflight_records: int = 64
+
+
+def diff_id_of(cell_id: str) -> str:
+    """One diff per written cell, with an id stable across replays."""
+    return str(uuid.uuid5(DIFF_NAMESPACE, cell_id))
+
+
+def sampled(diff_id: str, rate: float) -> bool:
+    """Per-diff sampling: a trace is recorded whole or not at all."""
+    if rate >= 1.0:
+        return True
+    return int(uuid.UUID(diff_id).hex[:16], 16) / float(1 << 64) < rate
+
+
+def _rfc3339(ts: datetime) -> str:
+    return ts.isoformat().replace("+00:00", "Z")
+
+
+def diff_json(cell: Cell, diff_id: str, energy: float) -> str:
+    """The gossip payload, serialised once per walk (embedding floats at 7 significant digits)."""
+    vector = ",".join(f"{x:.7g}" for x in cell.embedding.tolist())
+    head = json.dumps(
+        {
+            "id": diff_id,
+            "cell_id": cell.id,
+            "content": cell.content,
+            "cell_type": cell.cell_type.value,
+            "layer": cell.layer.value,
+            "salience": cell.salience,
+            "energy": round(energy, 6),
+            "embedding_engine": cell.engine,
+            "provenance": {
+                "tenant_id": cell.tenant_id,
+                "project_id": cell.project_id,
+                "origin_agent": cell.source_agent,
+                "scene_id": cell.scene_id,
+                "session_id": cell.session_id,
+                "created_at": _rfc3339(cell.created_at),
+            },
+        },
+        separators=(",", ":"),
+    )
+    return head[:-1] + f',"embedding":[{vector}]}}'
+
+
+def delivery_json(reach: Reach, delivered_at: datetime) -> str:
+    return json.dumps(
+        {
+            "score": round(reach.score, 6),
+            "hops": reach.hops,
+            "energy": round(reach.energy, 6),
+            "delivered_at": _rfc3339(delivered_at),
+            "node_id": reach.node_id,
+            "node_kind": reach.kind.value,
+        },
+        separators=(",", ":"),
+    )
+
+
+@dataclass(slots=True)
+class WalkResult:
+    diff_id: str
+    events: list[HopEvent]
+    reaches: list[Reach]
+    delivered: int = 0
+
+
+class Propagator:
+    def __init__(self, config: PropagationConfig, directory: Callable[[], Directory]) -> None:
+        self.config = config
+        self._directory = directory
+        self._inflight_records = 0
+        self._dropped = 0
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def walk(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
+        """Decide the walk (no deliveries made): wave by wave over every node owner."""
+        directory = self._directory()
+        policy = self.config.policy
+        diff_id = diff_id_of(cell.id)
+        exclude = None if self.config.deliver_to_writer else cell.source_agent
+        state = WalkState.start(policy, cell.scene_id or cell.id, origin_vector, cell.salience)
+        k = policy.fan_out + 1
+        spec = directory.spec
+        while not state.done:
+            queries = [(f.node_id, f.vector) for f in state.frontier]
+            calls = [
+                directory.scene_shard(i).call("neighbours", cell.tenant_id, queries, cell.embedding, k)
+                for i in range(spec.scene_shards)
+            ]
+            calls += [
+                directory.beacon_set(i).call("neighbours", cell.tenant_id, queries, cell.embedding, k, exclude, now)
+                for i in range(spec.beacon_sets)
+            ]
+            parts = await asyncio.gather(*calls)
+            state.advance(merge_candidates(list(parts), policy.fan_out))
+        return WalkResult(diff_id, state.events, state.reaches)
+
+    async def propagate(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
+        """Update the writer's agent node, walk, deliver, and record the trace."""
+        directory = self._directory()
+        await directory.beacon_set(beacon_set_index(directory, cell.source_agent)).call(
+            "observe", cell.source_agent, cell.tenant_id, [cell.embedding]
+        )
+        result = await self.walk(cell, origin_vector, now)
+        if result.reaches:
+            payload = diff_json(cell, result.diff_id, self.config.policy.initial_energy(cell.salience))
+            by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
+            for reach in result.reaches:
+                item = f'"diff":{payload},"delivery":{delivery_json(reach, now)}'
+                delivery = InboxDelivery(
+                    reach.agent_id, f"{result.diff_id}:{reach.node_id}", result.diff_id, cell.project_id, reach.score, item
+                )
+                by_shard[inbox_index(directory, reach.agent_id)].append(delivery)
+            counts = await asyncio.gather(*(directory.inbox_shard(s).call("deliver", ds) for s, ds in by_shard.items()))
+            result.delivered = sum(counts)
+        if self.config.observe and sampled(result.diff_id, self.config.sample_rate):
+            self._record(directory, cell, result, now)
+        return result
+
+    def _record(self, directory: Directory, cell: Cell, result: WalkResult, now: datetime) -> None:
+        if self._inflight_records >= self.config.max_inflight_records:
+            self._dropped += len(result.events)
+            return
+        ts = _rfc3339(now)
+        events: list[dict[str, Any]] = [
+            {
+                "diff_id": result.diff_id,
+                "from_node": e.from_node,
+                "to_node": e.to_node,
+                "hop_index": e.hop_index,
+                "energy_before": round(e.energy_before, 6),
+                "energy_after": round(e.energy_after, 6),
+                "walk_layer": cell.layer.depth,
+                "outcome": e.outcome.value,
+                "salience": cell.salience,
+                "ts": ts,
+                "tenant_id": cell.tenant_id,
+                "origin_agent": cell.source_agent,
+            }
+            for e in result.events
+        ]
+        dropped, self._dropped = self._dropped, 0
+        self._inflight_records += 1
+
+        async def send() -> None:
+            try:
+                await directory.observatory().call("record", events, dropped)
+            except Exception:  # observation never fails a walk
+                log.warning("observatory record failed", exc_info=True)
+            finally:
+                self._inflight_records -= 1
+
+        task = asyncio.get_running_loop().create_task(send())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)

@@ -1,0 +1,113 @@
+"""Beacons, the acknowledged pull and the WebSocket inbox stream (/v1).
+
+Stream protocol (``GET /v1/inbox``, ``x-service-key`` header checked before
+the upgrade: 401 / 429 answered as HTTP, never upgraded):
+- server -> client: one SeqInboxItem JSON object per text frame, ascending
+  ``delivery_seq``, starting after the acknowledged cursor;
+  ``{"cursor": N}`` after an ack frame was applied;
+  ``{"error": {"code", "message"}}`` before the server closes on a bad frame.
+- client -> server: ``{"ack": N}`` under the pull's cursor rules.
+A reconnect resumes after the acknowledged cursor, so whatever was sent but
+not acknowledged is sent again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Response, WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocketState
+
+from actors.facade import Bucket, Memesh
+from api.errors import STATUS, envelope, memesh_error_response
+from api.gate import KEY_HEADER
+from api.schemas import BeaconIn, BeaconOut, ErrorOut, OkOut, PullIn, PullOut
+from api.v1 import Core, _principal
+from mesh.errors import MemeshError, ValidationFailed
+from mesh.identity import Principal
+
+log = logging.getLogger(__name__)
+
+Subscriber = Annotated[Principal, _principal(Bucket.READ)]
+Drainer = Annotated[Principal, _principal(Bucket.INBOX)]
+_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)}
+router = APIRouter(prefix="/v1", responses=_ERRORS)  # type: ignore[arg-type]
+STREAM_WAIT_S = 15.0
+
+
+@router.post("/beacons", response_model=BeaconOut, tags=["inbox"], summary="Place a standing interest")
+async def place_beacon(body: BeaconIn, principal: Subscriber, core: Core) -> BeaconOut:
+    beacon = await core.inbox.place_beacon(principal, body.interest, body.expires_at, body.ttl_s)
+    return BeaconOut(node_id=UUID(beacon.id))
+
+
+@router.delete("/beacons/{beacon_id}", response_model=OkOut, tags=["inbox"], summary="Remove one of your beacons")
+async def remove_beacon(beacon_id: UUID, principal: Subscriber, core: Core) -> OkOut:
+    await core.inbox.remove_beacon(principal, str(beacon_id))
+    return OkOut()
+
+
+@router.post("/inbox:pull", response_model=PullOut, tags=["inbox"], summary="Drain your inbox with an acknowledgement cursor")
+async def pull(principal: Drainer, core: Core, body: Annotated[PullIn | None, Body()] = None) -> Response:
+    body = body or PullIn()
+    page = await core.inbox.pull(principal, body.since, body.ack, body.limit)
+    content = (
+        f'{{"items":{page.items_json},"cursor":{page.cursor},'
+        f'"window_high":{page.window_high},"has_more":{"true" if page.has_more else "false"}}}'
+    )
+    return Response(content=content, media_type="application/json")
+
+
+@router.websocket("/inbox")
+async def stream(websocket: WebSocket) -> None:
+    memesh: Memesh = websocket.app.state.memesh
+    try:
+        principal = await memesh.authenticate(websocket.headers.get(KEY_HEADER), Bucket.INBOX)
+    except MemeshError as exc:
+        await websocket.send_denial_response(memesh_error_response(exc))
+        return
+    await websocket.accept()
+    sender = asyncio.create_task(_send_loop(websocket, memesh, principal))
+    try:
+        await _receive_loop(websocket, memesh, principal)
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
+
+
+async def _send_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
+    sent = await memesh.inbox.cursor(principal)
+    while websocket.application_state is WebSocketState.CONNECTED:
+        page = await memesh.inbox.pull(principal, since=sent, ack=None, limit=None, by_seq=True)
+        if page.count:
+            for item in json.loads(page.items_json):
+                await websocket.send_text(json.dumps(item, separators=(",", ":")))
+        sent = max(sent, page.window_high)
+        if not page.has_more:
+            await memesh.inbox.wait(principal, sent, STREAM_WAIT_S)
+
+
+async def _receive_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
+    while True:
+        try:
+            text = await websocket.receive_text()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        try:
+            frame = json.loads(text)
+            ack = frame.get("ack") if isinstance(frame, dict) else None
+            if set(frame) != {"ack"} or not isinstance(ack, int) or isinstance(ack, bool) or ack < 0:
+                raise ValidationFailed('frames must be {"ack": N} with N >= 0')
+            cursor = await memesh.inbox.ack(principal, ack)
+        except (ValueError, TypeError, MemeshError) as exc:
+            error = exc if isinstance(exc, MemeshError) else ValidationFailed("frames must be JSON objects")
+            await websocket.send_text(json.dumps(envelope(error.code, error.message)))
+            await websocket.close(code=1008 if STATUS[error.code][0] < 500 else 1011)
+            return
+        await websocket.send_text(json.dumps({"cursor": cursor}))

@@ -1,0 +1,126 @@
+"""An agent's inbox and the pull rules of spec sections 3 and 4.
+
+Guarantees of :class:`AgentInbox`:
+- ``delivery_seq`` is 1, 2, 3, ... per agent, assigned at enqueue; a delivery
+  id seen before is not enqueued again (walk replays are idempotent).
+- Only the committed prefix (``committed``) is ever visible to a pull.
+- The cursor (acknowledged watermark) only moves forward.
+
+Pull, in order:
+1. ``ack`` above the cursor moves it to ``min(ack, committed)``: clamped to
+   the newest commit-stable sequence this call examined, applied before the
+   page is read. ``ack`` at or below the cursor is a no-op.
+2. The floor is ``since`` when given, else the cursor (strictly greater than).
+3. The window is the next ``limit`` commit-stable deliveries above the floor
+   (``limit`` 0 or absent means ``max_batch``; larger is clamped to it).
+4. Items are the window's deliveries inside the caller's read scope, ordered
+   by score (highest first, then sequence): display order only.
+5. ``window_high`` is the last sequence of the window (the floor, capped at
+   ``committed``, when the window is empty); ``has_more`` says a commit-stable
+   delivery exists above it. Both describe the window, not the items.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDelivery:
+    seq: int
+    delivery_id: str
+    diff_id: str
+    project_id: str
+    score: float
+    item_json: str  # the SeqInboxItem without its sequence: {"diff": ..., "delivery": ...} members
+
+
+@dataclass(frozen=True, slots=True)
+class PullPage:
+    items: list[StoredDelivery]
+    cursor: int
+    window_high: int
+    has_more: bool
+    cursor_moved: bool
+
+
+def effective_limit(limit: int | None, max_batch: int) -> int:
+    """``limit`` 0 or absent selects ``max_batch``; a larger value is clamped down to it."""
+    if not limit:
+        return max_batch
+    return min(limit, max_batch)
+
+
+@dataclass(slots=True)
+class AgentInbox:
+    last_seq: int = 0
+    committed: int = 0
+    cursor: int = 0
+    deliveries: list[StoredDelivery] = field(default_factory=list)
+    _seqs: list[int] = field(default_factory=list)
+    _ids: set[str] = field(default_factory=set)
+
+    def has(self, delivery_id: str) -> bool:
+        return delivery_id in self._ids
+
+    def enqueue(self, delivery_id: str, diff_id: str, project_id: str, score: float, item_json: str) -> StoredDelivery | None:
+        """Assign the next sequence; None when this delivery id is already here."""
+        if delivery_id in self._ids:
+            return None
+        self.last_seq += 1
+        stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, item_json)
+        self._append(stored)
+        return stored
+
+    def restore(self, stored: StoredDelivery) -> None:
+        """Re-add a committed delivery on reload (any order; kept sorted)."""
+        if stored.delivery_id in self._ids:
+            return
+        if self._seqs and stored.seq < self._seqs[-1]:
+            i = bisect.bisect_left(self._seqs, stored.seq)
+            self._seqs.insert(i, stored.seq)
+            self.deliveries.insert(i, stored)
+            self._ids.add(stored.delivery_id)
+        else:
+            self._append(stored)
+        self.last_seq = max(self.last_seq, stored.seq)
+        self.committed = max(self.committed, stored.seq)
+
+    def _append(self, stored: StoredDelivery) -> None:
+        self.deliveries.append(stored)
+        self._seqs.append(stored.seq)
+        self._ids.add(stored.delivery_id)
+
+    def commit(self, up_to: int) -> None:
+        self.committed = max(self.committed, min(up_to, self.last_seq))
+
+    def pull(
+        self,
+        since: int | None,
+        ack: int | None,
+        limit: int | None,
+        max_batch: int,
+        readable: Callable[[str], bool],
+    ) -> PullPage:
+        before = self.cursor
+        if ack is not None and ack > self.cursor:
+            self.cursor = max(self.cursor, min(ack, self.committed))
+        floor = since if since is not None else self.cursor
+        size = effective_limit(limit, max_batch)
+        start = bisect.bisect_right(self._seqs, floor)
+        end = bisect.bisect_right(self._seqs, self.committed)
+        window = self.deliveries[start : min(end, start + size)]
+        window_high = window[-1].seq if window else min(floor, self.committed)
+        items = sorted((d for d in window if readable(d.project_id)), key=lambda d: (-d.score, d.seq))
+        return PullPage(items, self.cursor, window_high, self.committed > window_high, self.cursor != before)
+
+    def apply_ack(self, ack: int) -> bool:
+        """The cursor rule alone (for the stream's ack frames); True when it moved."""
+        if ack > self.cursor:
+            moved = max(self.cursor, min(ack, self.committed))
+            if moved != self.cursor:
+                self.cursor = moved
+                return True
+        return False

@@ -1,0 +1,179 @@
+"""The energy walk: how a diff spreads across the mesh (DESIGN.md section 5).
+
+A walk starts at the scene of the written cell with energy ``E0`` (growing
+with salience) and expands in hop-synchronous waves. For every frontier node
+the neighbourhood is its ``fan_out`` nearest nodes among the tenant's scenes,
+agent nodes and beacons, gathered completely before the wave is decided.
+Every neighbour examined gets exactly one outcome:
+
+- ``deduped``:   already reached by this diff;
+- ``pruned``:    relevance (cosine between the diff and the node) below ``gate``;
+- ``exhausted``: the hop's cost would take the energy to ``floor`` or below;
+- ``delivered``: reached with ``energy - cost``. A scene joins the next wave;
+  an agent node or beacon becomes an inbox delivery for its agent.
+
+``cost = min_cost + (max_cost - min_cost) * (1 - relevance)``: hop cost falls
+as relevance rises, and ``min_cost > 0`` makes energy strictly decrease, so
+every walk ends (``max_hops`` is a second bound).
+
+Determinism: within a wave, frontier nodes are taken by (energy desc, id) and
+their neighbours by (similarity desc, id), so the outcome is a pure function of
+the mesh state and the diff, whatever order lookups or messages complete in.
+Recording events never feeds back into the walk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from mesh.model import Vector
+
+
+class NodeKind(StrEnum):
+    SCENE = "scene"
+    AGENT = "agent"
+    BEACON = "beacon"
+
+
+class Outcome(StrEnum):
+    DELIVERED = "delivered"
+    DEDUPED = "deduped"
+    PRUNED = "pruned"
+    EXHAUSTED = "exhausted"
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyPolicy:
+    """The walk's tuning values (settings section ``propagation``)."""
+
+    base_energy: float = 0.4
+    salience_energy: float = 0.6
+    min_cost: float = 0.05
+    max_cost: float = 0.5
+    floor: float = 0.05
+    gate: float = 0.3
+    fan_out: int = 8
+    max_hops: int = 16
+
+    def initial_energy(self, salience: float) -> float:
+        return self.base_energy + self.salience_energy * min(1.0, max(0.0, salience))
+
+    def cost(self, relevance: float) -> float:
+        r = min(1.0, max(-1.0, relevance))
+        return self.min_cost + (self.max_cost - self.min_cost) * (1.0 - max(0.0, r))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A neighbour as its owner reports it: similarity to the frontier node, relevance to the diff."""
+
+    node_id: str
+    kind: NodeKind
+    similarity: float
+    relevance: float
+    agent_id: str | None = None
+    vector: Vector | None = None  # scenes only: the next wave searches around it
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierNode:
+    node_id: str
+    vector: Vector
+    energy: float
+
+
+@dataclass(frozen=True, slots=True)
+class HopEvent:
+    """One examined edge; content-free (no text, no vector)."""
+
+    from_node: str | None
+    to_node: str
+    hop_index: int
+    energy_before: float
+    energy_after: float
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """An agent node or beacon the diff reached: the seed of one inbox delivery."""
+
+    agent_id: str
+    node_id: str
+    kind: NodeKind
+    score: float
+    hops: int
+    energy: float
+
+
+@dataclass(slots=True)
+class WalkState:
+    """One diff's walk, advanced one wave at a time by :meth:`advance`."""
+
+    policy: EnergyPolicy
+    origin_id: str
+    origin_vector: Vector
+    energy0: float
+    hop: int = 0
+    reached: set[str] = field(default_factory=set)
+    frontier: list[FrontierNode] = field(default_factory=list)
+    events: list[HopEvent] = field(default_factory=list)
+    reaches: list[Reach] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, policy: EnergyPolicy, origin_id: str, origin_vector: Vector, salience: float) -> WalkState:
+        energy = policy.initial_energy(salience)
+        state = cls(policy, origin_id, origin_vector, energy)
+        state.reached.add(origin_id)
+        state.events.append(HopEvent(None, origin_id, 0, energy, energy, Outcome.DELIVERED))
+        state.frontier = [FrontierNode(origin_id, origin_vector, energy)]
+        return state
+
+    @property
+    def done(self) -> bool:
+        return not self.frontier or self.hop >= self.policy.max_hops
+
+    def advance(self, neighbours: dict[str, list[Candidate]]) -> list[HopEvent]:
+        """Decide one wave from every frontier node's gathered candidates; returns its events."""
+        self.hop += 1
+        wave: list[HopEvent] = []
+        next_frontier: list[FrontierNode] = []
+        p = self.policy
+        for node in sorted(self.frontier, key=lambda f: (-f.energy, f.node_id)):
+            ranked = sorted(neighbours.get(node.node_id, ()), key=lambda c: (-c.similarity, c.node_id))
+            seen: set[str] = set()
+            for cand in ranked:
+                if cand.node_id == node.node_id or cand.node_id in seen:
+                    continue
+                seen.add(cand.node_id)
+                if len(seen) > p.fan_out:
+                    break
+                after = node.energy - p.cost(cand.relevance)
+                if cand.node_id in self.reached:
+                    outcome, after = Outcome.DEDUPED, node.energy
+                elif cand.relevance < p.gate:
+                    outcome, after = Outcome.PRUNED, node.energy
+                elif after <= p.floor:
+                    outcome, after = Outcome.EXHAUSTED, node.energy
+                else:
+                    outcome = Outcome.DELIVERED
+                    self.reached.add(cand.node_id)
+                    if cand.kind is NodeKind.SCENE:
+                        if cand.vector is not None:
+                            next_frontier.append(FrontierNode(cand.node_id, cand.vector, after))
+                    elif cand.agent_id is not None:
+                        self.reaches.append(Reach(cand.agent_id, cand.node_id, cand.kind, cand.relevance, self.hop, after))
+                wave.append(HopEvent(node.node_id, cand.node_id, self.hop, node.energy, after, outcome))
+        self.frontier = next_frontier
+        self.events.extend(wave)
+        return wave
+
+
+def merge_candidates(parts: list[dict[str, list[Candidate]]], fan_out: int) -> dict[str, list[Candidate]]:
+    """Merge owners' answers into each frontier node's ``fan_out`` nearest, deterministically."""
+    merged: dict[str, list[Candidate]] = {}
+    for part in parts:
+        for node_id, cands in part.items():
+            merged.setdefault(node_id, []).extend(cands)
+    return {nid: sorted(c, key=lambda x: (-x.similarity, x.node_id))[: fan_out + 1] for nid, c in merged.items()}

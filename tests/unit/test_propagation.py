@@ -1,0 +1,171 @@
+"""Beacons, agent nodes, the energy walk and the inbox, in-process (hash engine)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from actors.facade import Memesh
+from mesh.identity import Principal
+from mesh.model import CellType, NewCell
+from tests.unit.conftest import ADMIN, Api, assert_error
+
+
+async def agent(core: Memesh, tenant: str = "t1", role: str = "Writer", scope: list[str] | None = None) -> tuple[Principal, str]:
+    issued = await core.identity.issue(ADMIN, tenant, "agent", [role], scope)
+    return await core.identity.authenticate(issued.plaintext_secret), issued.plaintext_secret
+
+
+async def write(core: Memesh, who: Principal, content: str, **kw: Any) -> str:
+    (cell,) = await core.memory.write_cells(who, [NewCell(content=content, cell_type=CellType.FACT, **kw)])
+    await settle(core)
+    return cell.id
+
+
+async def settle(core: Memesh) -> None:
+    """Wait until every walk started so far has finished (the walks run in the background)."""
+    for i in range(core.directory.spec.scene_shards):
+        await core.directory.scene_shard(i).call("settle", 30.0)
+
+
+async def drain(core: Memesh, who: Principal, **kw: Any) -> dict[str, Any]:
+    page = await core.inbox.pull(who, kw.get("since"), kw.get("ack"), kw.get("limit"))
+    return {
+        "items": json.loads(page.items_json),
+        "cursor": page.cursor,
+        "window_high": page.window_high,
+        "has_more": page.has_more,
+    }
+
+
+async def test_a_related_cell_reaches_a_beacon_and_an_unrelated_one_does_not(core: Memesh) -> None:
+    a, _ = await agent(core)
+    b, _ = await agent(core)
+    await core.inbox.place_beacon(a, "kubernetes helm deployment")
+    cell_id = await write(core, b, "kubernetes helm deployment runbook updated", salience=0.8)
+    await write(core, b, "bananas are a yellow fruit")
+    page = await drain(core, a)
+    assert [i["diff"]["cell_id"] for i in page["items"]] == [cell_id]
+    item = page["items"][0]
+    assert item["delivery_seq"] == 1
+    assert item["delivery"]["node_kind"] == "beacon" and item["delivery"]["hops"] >= 1
+    assert 0 < item["delivery"]["energy"] < item["diff"]["energy"]
+    assert item["delivery"]["score"] >= 0.3
+    assert item["diff"]["provenance"]["origin_agent"] == b.agent_id and len(item["diff"]["embedding"]) == 384
+    assert (await drain(core, b))["items"] == []  # never the writer's own
+
+
+async def test_walks_never_leave_the_tenant(core: Memesh) -> None:
+    writer, _ = await agent(core, "t1")
+    stranger, _ = await agent(core, "t2")
+    await core.inbox.place_beacon(stranger, "kubernetes helm deployment")
+    await write(core, stranger, "kubernetes helm deployment notes of t2")
+    await write(core, writer, "kubernetes helm deployment runbook updated")
+    page = await drain(core, stranger)
+    assert page["items"] == [] and page["window_high"] == 0
+
+
+async def test_agent_nodes_follow_what_agents_write_and_a_diff_can_arrive_twice(core: Memesh) -> None:
+    expert, _ = await agent(core)
+    writer, _ = await agent(core)
+    await write(core, expert, "postgres replication lag alerts")
+    await core.inbox.place_beacon(expert, "postgres replication lag")
+    cell_id = await write(core, writer, "postgres replication lag alerts fired again")
+    items = (await drain(core, expert))["items"]
+    assert {i["delivery"]["node_kind"] for i in items} == {"agent", "beacon"}
+    assert {i["diff"]["cell_id"] for i in items} == {cell_id}
+    assert len({i["diff"]["id"] for i in items}) == 1  # one diff, two deliveries (rule 10)
+
+
+async def test_removed_and_expired_beacons_attract_nothing(core: Memesh) -> None:
+    owner, _ = await agent(core)
+    other, _ = await agent(core)
+    writer, _ = await agent(core)
+    beacon = await core.inbox.place_beacon(owner, "redis cache eviction")
+    expiring = await core.inbox.place_beacon(other, "redis cache eviction", ttl_s=0.001)
+    assert expiring.expires_at is not None
+    from mesh.errors import NotFound
+
+    try:
+        await core.inbox.remove_beacon(other, beacon.id)
+        raise AssertionError("another agent removed the beacon")
+    except NotFound:
+        pass
+    await core.inbox.remove_beacon(owner, beacon.id)
+    await core.inbox.remove_beacon(owner, beacon.id)  # idempotent
+    await write(core, writer, "redis cache eviction policy changed")
+    assert (await drain(core, owner))["items"] == [] and (await drain(core, other))["items"] == []
+
+
+async def test_pull_over_http(api: Api, make_core: Callable[..., Memesh]) -> None:
+    core = api.memesh
+    reader_key = await api.key(roles=("Reader",))
+    writer_key = await api.key()
+    placed = await api.call("POST", "/v1/beacons", reader_key, {"interest": "grpc deadline exceeded retries"})
+    assert placed.status_code == 200 and set(placed.json()) == {"node_id"}
+    for i in range(3):
+        r = await api.call(
+            "POST", "/v1/cells", writer_key, {"content": f"grpc deadline exceeded retries case {i}", "cell_type": "Lesson"}
+        )
+        assert r.status_code == 201
+    await settle(core)
+    page = (await api.call("POST", "/v1/inbox:pull", reader_key, {})).json()
+    assert set(page) == {"items", "cursor", "window_high", "has_more"}
+    assert len(page["items"]) == 3 and page["cursor"] == 0 and page["window_high"] == 3 and page["has_more"] is False
+    scores = [i["delivery"]["score"] for i in page["items"]]
+    assert scores == sorted(scores, reverse=True)
+    no_body = await api.http.post("/v1/inbox:pull", headers={"x-service-key": reader_key})
+    assert no_body.status_code == 200 and len(no_body.json()["items"]) == 3
+    acked = (await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": 2, "limit": 1})).json()
+    assert acked["cursor"] == 2 and [i["delivery_seq"] for i in acked["items"]] == [3]
+    assert (await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": 1})).json()["cursor"] == 2
+    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": -1}), 400, "validation")
+    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": "1"}), 422, "validation")
+    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"agent_id": "x"}), 422, "validation")
+    assert_error(await api.call("POST", "/v1/inbox:pull", None, {}), 401, "unauthorized")
+    bad_type = await api.http.post(
+        "/v1/inbox:pull", content=b"ack=1", headers={"x-service-key": reader_key, "content-type": "text/plain"}
+    )
+    assert_error(bad_type, 415, "validation")
+    beacon_id = placed.json()["node_id"]
+    assert_error(await api.call("DELETE", f"/v1/beacons/{beacon_id}", writer_key), 404, "not_found")
+    assert (await api.call("DELETE", f"/v1/beacons/{beacon_id}", reader_key)).json() == {"ok": True}
+    assert_error(
+        await api.call("POST", "/v1/beacons", reader_key, {"interest": "x", "ttl_s": 5, "expires_at": "2030-01-01T00:00:00Z"}),
+        400,
+        "validation",
+    )
+    assert_error(
+        await api.call("POST", "/v1/beacons", reader_key, {"interest": "x", "expires_at": "2001-01-01T00:00:00Z"}),
+        400,
+        "validation",
+    )
+
+
+async def test_the_inbox_bucket_limits_pulls(make_core: Callable[..., Memesh]) -> None:
+    core = make_core(rate_limits={"inbox": {"rate": 0.1, "burst": 2}})
+    api = Api(core)
+    key = await api.key()
+    statuses = [(await api.call("POST", "/v1/inbox:pull", key, {})).status_code for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    limited = await api.call("POST", "/v1/inbox:pull", key, {})
+    assert_error(limited, 429, "rate_limited") and int(limited.headers["retry-after"]) >= 1
+    assert (await api.call("POST", "/v1/query", key, {"text": "x", "k": 1})).status_code == 200  # other buckets unaffected
+    await core.close()
+
+
+async def test_beacon_quota(make_core: Callable[..., Memesh]) -> None:
+    core = make_core()
+    core.inbox.limits = type(core.inbox.limits)(max_beacons_per_agent=2)
+    who, _ = await agent(core)
+    await core.inbox.place_beacon(who, "one")
+    await core.inbox.place_beacon(who, "two")
+    from mesh.errors import QuotaExceeded
+
+    try:
+        await core.inbox.place_beacon(who, "three")
+        raise AssertionError("quota not enforced")
+    except QuotaExceeded:
+        pass
+    await core.close()
