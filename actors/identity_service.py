@@ -59,6 +59,7 @@ class IdentityService:
         self._monotonic = monotonic
         self._cache: dict[str, tuple[Principal, float]] = {}
         self._hashes_of: dict[str, set[str]] = {}
+        self._epoch = 0  # bumped by every invalidation; an answer fetched across a bump is not cached
 
     async def authenticate(self, key: str | None) -> Principal:
         if not key or not looks_like_key(key):
@@ -68,10 +69,13 @@ class IdentityService:
         now = self._monotonic()
         if cached is not None and cached[1] > now:
             return cached[0]
+        epoch = self._epoch
         principal: Principal | None = await self._dir.registry().call("authenticate", key_hash)
         if principal is None:
             self._cache.pop(key_hash, None)
             raise Unauthorized("a valid x-service-key is required")
+        if epoch != self._epoch:
+            return principal  # a lifecycle change ran meanwhile: answer, but do not cache what may be stale
         if len(self._cache) > 100_000:
             self._cache.clear()
             self._hashes_of.clear()
@@ -80,6 +84,7 @@ class IdentityService:
         return principal
 
     def _invalidate(self, agent_id: str) -> None:
+        self._epoch += 1
         for key_hash in self._hashes_of.pop(agent_id, set()):
             self._cache.pop(key_hash, None)
 
@@ -129,6 +134,7 @@ class IdentityService:
         check_can_mutate_agent(actor, target)
         if target.bootstrap and action in ("revoke", "suspend") and target.id == actor.agent_id:
             raise Forbidden("the bootstrap admin cannot disable itself")
+        self._invalidate(agent_id)
         try:
             agent, plaintext = await self._dir.registry().call("apply", agent_id, action, self._clock())
         finally:

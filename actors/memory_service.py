@@ -18,7 +18,7 @@ import numpy as np
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from actors.embedding import Embedder
-from mesh.errors import DimensionMismatch, NotFound, ValidationFailed
+from mesh.errors import DimensionMismatch, Forbidden, NotFound, ValidationFailed
 from mesh.identity import Principal, require_writer
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, normalize
 from mesh.partition import partition_key, shard_for
@@ -120,6 +120,8 @@ class MemoryService:
             project = session.project_id
         project = project or DEFAULT_PROJECT
         self._check_project(project)
+        if not principal.can_read_project(project):
+            raise Forbidden("the project is outside this agent's scope")
         if not spec.content.strip():
             raise ValidationFailed("content must not be blank")
         if len(spec.content) > self._limits.max_content_chars:
@@ -210,7 +212,7 @@ class MemoryService:
         require_writer(principal)
         self._check_project(project_id)
         if not principal.can_read_project(project_id):
-            raise NotFound("project not found")
+            raise Forbidden("the project is outside this agent's scope")
         session = Session(
             id=self._ids.new(),
             tenant_id=principal.tenant_id,
@@ -250,11 +252,13 @@ class MemoryService:
                 return [], False
         parts = await asyncio.gather(
             *(
-                self._dir.scene_shard(i).call("list_scenes", principal.tenant_id, project_id, after, limit + 1)
+                self._dir.scene_shard(i).call(
+                    "list_scenes", principal.tenant_id, project_id, after, limit + 1, principal.read_scope or None
+                )
                 for i in range(self._dir.spec.scene_shards)
             )
         )
-        scenes = sorted((s for part in parts for s in part if principal.can_read_project(s.project_id)), key=lambda s: s.id)
+        scenes = sorted((s for part in parts for s in part), key=lambda s: s.id)
         return scenes[:limit], len(scenes) > limit
 
     async def consolidate(self, principal: Principal, scene_id: str) -> ConsolidationReport:
@@ -273,6 +277,8 @@ class MemoryService:
                 scene: Scene = await self._dir.scene_shard(shard).call("get_scene", principal.tenant_id, scene_id)
             except NotFound:
                 continue
+            if len(self._scene_home) > 100_000:
+                self._scene_home.clear()  # a hint cache: losing it costs one fan-out
             self._scene_home[scene_id] = shard
             if not principal.can_read_project(scene.project_id):
                 break

@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from actors.directory import DirectorySpec, all_refs
-from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
+from mesh.errors import ConfigInvalid, InternalError, MemeshError, TimedOut, Unavailable
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -71,6 +71,13 @@ class RayDirectory:
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
         self._refs: dict[str, RayRef] = {}
+        if plan:
+            try:
+                ray.get_actor(next(iter(plan)), namespace=spec.namespace)
+            except ValueError:
+                pass  # nobody runs this deployment yet: create it
+            else:
+                raise ConfigInvalid(f"another memesh head already runs in Ray namespace {spec.namespace!r}")
         for name, (cls, args) in (plan or {}).items():
             self._refs[name] = _actor(cls, name, spec.namespace, *args)
 

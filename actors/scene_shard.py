@@ -147,7 +147,11 @@ class SceneShard:
         # A retried write whose first attempt is still committing waits for that commit too.
         created = {c.id for c in outcome.created}
         changes += [_Change("cell", False, c) for c in outcome.cells if c.id not in self._persisted and c.id not in created]
-        await self._commit.submit(changes)
+        try:
+            await self._commit.submit(changes)
+        except Exception:
+            partition.rollback(outcome)  # not acknowledged: it must not stay visible either
+            raise
         if self._propagator is not None:
             for cell in outcome.created:
                 self._spawn(self._walk(cell))
@@ -215,9 +219,11 @@ class SceneShard:
         partition = await self._ready()
         return scene_id in partition.scenes
 
-    async def list_scenes(self, tenant_id: str, project_id: str | None, after: str | None, limit: int) -> list[Scene]:
+    async def list_scenes(
+        self, tenant_id: str, project_id: str | None, after: str | None, limit: int, projects: frozenset[str] | None = None
+    ) -> list[Scene]:
         partition = await self._ready()
-        return partition.list_scenes(tenant_id, project_id, after, limit)
+        return partition.list_scenes(tenant_id, project_id, after, limit, projects)
 
     async def consolidate(
         self, tenant_id: str, scene_id: str, source_agent: str, now: datetime

@@ -35,7 +35,8 @@ def create_app(memesh: Memesh, max_body_bytes: int = 4 * 1024 * 1024, request_ti
     @app.get("/healthz", response_model=HealthOut, include_in_schema=False)
     async def healthz() -> Any:
         try:
-            detail = await memesh.health()
+            health = await memesh.health()
+            detail = {"actors": health["actors"], "embedding_engine": health["embedding_engine"]}  # no tenant data without a key
         except MemeshError as exc:
             return error_response(503, ErrorCode.UNAVAILABLE, exc.message)
         return HealthOut(status="ok", version=API_VERSION, detail=detail)

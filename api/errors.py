@@ -26,7 +26,7 @@ STATUS: dict[ErrorCode, tuple[int, grpc.StatusCode]] = {
     ErrorCode.UNAUTHORIZED: (401, grpc.StatusCode.UNAUTHENTICATED),
     ErrorCode.FORBIDDEN: (403, grpc.StatusCode.PERMISSION_DENIED),
     ErrorCode.NOT_FOUND: (404, grpc.StatusCode.NOT_FOUND),
-    ErrorCode.CONFLICT: (409, grpc.StatusCode.ALREADY_EXISTS),
+    ErrorCode.CONFLICT: (409, grpc.StatusCode.FAILED_PRECONDITION),
     ErrorCode.TRANSACTION: (409, grpc.StatusCode.ABORTED),
     ErrorCode.QUOTA_EXCEEDED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ErrorCode.RATE_LIMITED: (429, grpc.StatusCode.RESOURCE_EXHAUSTED),

@@ -31,6 +31,10 @@ def _is_json(content_type: str) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
+class _BodyTooLarge(Exception):
+    """Raised from ``receive`` once a body (chunked or not) passes the cap."""
+
+
 class V1Gate:
     def __init__(self, app: ASGIApp, memesh: Memesh, max_body_bytes: int, timeout_s: float) -> None:
         self.app = app
@@ -59,6 +63,16 @@ class V1Gate:
                 return
         scope.setdefault("state", {})["principal"] = principal
         started = False
+        received = 0
+
+        async def receive_capped() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise _BodyTooLarge
+            return message
 
         async def send_tracking(message: Message) -> None:
             nonlocal started
@@ -68,10 +82,13 @@ class V1Gate:
 
         try:
             async with asyncio.timeout(self.timeout_s):
-                await self.app(scope, receive, send_tracking)
+                await self.app(scope, receive_capped, send_tracking)
         except TimeoutError:
             if not started:
                 await error_response(504, ErrorCode.TIMEOUT, "the request took too long")(scope, receive, send)
+        except _BodyTooLarge:
+            if not started:
+                await error_response(400, ErrorCode.VALIDATION, f"body exceeds {self.max_body_bytes} bytes")(scope, receive, send)
 
 
 def principal_of(scope_state: dict[str, Any]) -> Any:

@@ -149,7 +149,7 @@ class ConsolidationOut(BaseModel):
 
 
 class HealthOut(BaseModel):
-    status: Literal["ok", "degraded"]
+    status: Literal["ok"]
     version: str
     detail: dict[str, Any] = Field(default_factory=dict)
 

@@ -121,7 +121,7 @@ async def list_scenes(
     core: Core,
     project_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1)] = 50,
 ) -> SceneListOut:
     scenes, more = await core.memory.list_scenes(principal, project_id, _decode_cursor(cursor), limit)
     next_cursor = _encode_cursor(scenes[-1].id) if more and scenes else None

@@ -22,7 +22,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from cluster.serve import run
     from cluster.settings import Settings
-    from mesh.errors import ConfigInvalid
+    from mesh.errors import ConfigInvalid, MemeshError
 
     overrides: dict[str, Any] = {}
     for section, key, value in (
@@ -43,9 +43,12 @@ def _serve(args: argparse.Namespace) -> int:
             base[section].update(values)
         settings = Settings(**base)
         run(settings)
-    except (ValidationError, ConfigInvalid) as exc:
+    except (ValidationError, ConfigInvalid, ValueError) as exc:
         print(f"memesh: config: {exc}", file=sys.stderr)
         return 2
+    except MemeshError as exc:
+        print(f"memesh: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
     return 0
 
 

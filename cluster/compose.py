@@ -68,7 +68,10 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
         plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(uri, i, dims, window, storage.optimize_every),))
     for i in range(settings.ray.inbox_shards):
         plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(uri, i, window, storage.optimize_every),))
-    plan["registry"] = (Registry, (RegistryConfig(storage_uri=uri, optimize_every=storage.optimize_every),))
+    plan["registry"] = (
+        Registry,
+        (RegistryConfig(storage_uri=uri, commit_window_s=window, optimize_every=storage.optimize_every),),
+    )
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))
     return plan

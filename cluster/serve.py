@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,11 +19,12 @@ import grpc
 import uvicorn
 from fastapi import FastAPI
 
+from actors.facade import Memesh
 from api.app import create_app
 from api.grpc_admin import add_admin_service
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
-from mesh.errors import MemeshError
+from mesh.errors import ConfigInvalid
 
 log = logging.getLogger("memesh")
 
@@ -38,21 +38,37 @@ def _quiet_ray_env() -> None:
 
 async def serve(settings: Settings) -> None:
     _quiet_ray_env()
-    memesh = build_memesh(settings)
+    try:
+        memesh = build_memesh(settings)
+    except BaseException:
+        _disconnect(settings)
+        raise
+    try:
+        # Refused here, before any listener opens: a changed shard count or engine (ConfigInvalid).
+        key_path = await start_core(memesh, settings)
+        if key_path is not None:
+            print(f"memesh: bootstrap ServiceAdmin key written to {key_path.resolve()}", flush=True)
+        await memesh.embedder.warm_up()
+        await memesh.health(timeout_s=60.0)
+        await _listen(settings, memesh)
+    finally:
+        await memesh.close()
+        _disconnect(settings)
+
+
+def _disconnect(settings: Settings) -> None:
+    if not settings.ray.in_process:
+        from actors.ray_directory import shutdown
+
+        shutdown()
+
+
+async def _listen(settings: Settings, memesh: Memesh) -> None:
     grpc_server: grpc.aio.Server | None = None
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         nonlocal grpc_server
-        try:
-            key_path = await start_core(memesh, settings)
-        except MemeshError as exc:
-            print(f"memesh: {exc.code}: {exc.message}", file=sys.stderr, flush=True)
-            raise
-        if key_path is not None:
-            print(f"memesh: bootstrap ServiceAdmin key written to {key_path.resolve()}", flush=True)
-        await memesh.embedder.warm_up()
-        await memesh.health(timeout_s=60.0)
         if settings.server.grpc_enabled:
             grpc_server = grpc.aio.server()
             add_admin_service(grpc_server, memesh)
@@ -84,16 +100,9 @@ async def serve(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.handle_exit, sig, None)
     server.capture_signals = _no_capture  # type: ignore[method-assign,assignment]
-    try:
-        await server.serve()
-    finally:
-        await memesh.close()
-        if not settings.ray.in_process:
-            from actors.ray_directory import shutdown
-
-            shutdown()
+    await server.serve()
     if not server.started:
-        sys.exit(1)
+        raise ConfigInvalid(f"could not listen on {settings.server.host}:{settings.server.port}")
 
 
 def _no_capture() -> object:

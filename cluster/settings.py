@@ -32,7 +32,7 @@ class ServerSettings(_Section):
     grpc_enabled: bool = True
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(30.0, gt=0)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
 
 class StorageSettings(_Section):
@@ -196,7 +196,10 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = Path(os.environ.get("MEMESH_CONFIG", "memesh.toml"))
+        named = os.environ.get("MEMESH_CONFIG")
+        path = Path(named or "memesh.toml")
+        if named and not path.is_file():
+            raise ValueError(f"MEMESH_CONFIG names {named}, which is not a readable file")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))

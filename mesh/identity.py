@@ -158,8 +158,10 @@ def check_can_issue(actor: Principal, tenant_id: str, roles: frozenset[Role]) ->
 
 
 def transition(agent: Agent, action: str, now: datetime, new_key_hash: str | None = None) -> Agent:
-    """The credential state machine: revoke (final), suspend, reinstate, rotate."""
+    """The credential state machine: revoke (final; revoking again is a no-op), suspend, reinstate, rotate."""
     if agent.status is AgentStatus.REVOKED:
+        if action == "revoke":
+            return agent
         raise Conflict("the agent is revoked")
     if action == "revoke":
         return replace(agent, status=AgentStatus.REVOKED, updated_at=now)

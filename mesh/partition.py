@@ -146,13 +146,18 @@ class MemoryPartition:
         """Store ``cells`` in order; each joins a scene or founds one with the next id of ``new_scene_ids``."""
         outcome = WriteOutcome()
         spare = iter(new_scene_ids)
+        for cell in cells:  # validate the whole batch before changing anything
+            if cell.id in self.cells:
+                continue
+            if cell.embedding.shape != (self.dims,):
+                raise ValidationFailed("embedding has the wrong number of dimensions")
+            if cell.scene_id is not None:
+                self._explicit_scene(cell)
         for cell in cells:
             stored = self.cells.get(cell.id)
             if stored is not None:
                 outcome.cells.append(stored)
                 continue
-            if cell.embedding.shape != (self.dims,):
-                raise ValidationFailed("embedding has the wrong number of dimensions")
             scene = self._scene_for(cell, spare, outcome)
             cell.scene_id = scene.id
             self._insert(cell)
@@ -161,14 +166,37 @@ class MemoryPartition:
             outcome.created.append(cell)
         return outcome
 
+    def _explicit_scene(self, cell: Cell) -> Scene:
+        scene = self.scenes.get(cell.scene_id or "")
+        if scene is None or scene.tenant_id != cell.tenant_id:
+            raise NotFound("scene not found")
+        if scene.project_id != cell.project_id:
+            raise ValidationFailed("scene_id belongs to another project")
+        return scene
+
+    def rollback(self, outcome: WriteOutcome) -> None:
+        """Undo a write whose commit failed: its cells and founded scenes leave memory."""
+        for cell in reversed(outcome.created):
+            self.cells.pop(cell.id, None)
+            self._tenant(cell.tenant_id).index.set_live(cell.id, False)
+            scene = self.scenes.get(cell.scene_id or "")
+            if scene is not None and cell.id in scene.members:
+                scene.members.remove(cell.id)
+                if cell.live:
+                    scene.vector_sum -= cell.embedding
+                    scene.live_count -= 1
+                scene.summary_dirty = True
+                self._update_centroid(scene)
+        for scene in outcome.founded:
+            self.scenes.pop(scene.id, None)
+            self._centroid_index(scene).set_live(scene.id, False)
+            tenant_index = self._tenant_scenes.get(scene.tenant_id)
+            if tenant_index is not None:
+                tenant_index.set_live(scene.id, False)
+
     def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome) -> Scene:
         if cell.scene_id is not None:
-            scene = self.scenes.get(cell.scene_id)
-            if scene is None or scene.tenant_id != cell.tenant_id:
-                raise NotFound("scene not found")
-            if scene.project_id != cell.project_id:
-                raise ValidationFailed("scene_id belongs to another project")
-            return scene
+            return self._explicit_scene(cell)
         index = self._centroids.get((cell.tenant_id, cell.project_id))
         if index is not None:
             best = index.search(cell.embedding, 1)
@@ -231,12 +259,18 @@ class MemoryPartition:
             scene.summary_dirty = False
         return scene
 
-    def list_scenes(self, tenant_id: str, project_id: str | None, after: str | None, limit: int) -> list[Scene]:
-        """Scenes of the tenant in id order (creation order for v7 ids), strictly after ``after``."""
+    def list_scenes(
+        self, tenant_id: str, project_id: str | None, after: str | None, limit: int, projects: frozenset[str] | None = None
+    ) -> list[Scene]:
+        """Scenes of the tenant in id order (creation order for v7 ids), strictly after ``after``,
+        optionally only of ``projects`` (a read scope: applied before the limit)."""
         rows = sorted(
             s.id
             for s in self.scenes.values()
-            if s.tenant_id == tenant_id and (project_id is None or s.project_id == project_id) and (after is None or s.id > after)
+            if s.tenant_id == tenant_id
+            and (project_id is None or s.project_id == project_id)
+            and (projects is None or s.project_id in projects)
+            and (after is None or s.id > after)
         )
         return [self.scene(tenant_id, sid) for sid in rows[:limit]]
 

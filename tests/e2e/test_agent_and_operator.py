@@ -119,7 +119,8 @@ def test_operator_lifecycle_with_the_cli(server: Server) -> None:
     assert status(rotated["plaintext_secret"]) == 401
     assert json.loads(server.admin("agents", "get", agent_id).stdout)["status"] == "revoked"
     again = server.admin("agents", "reinstate", agent_id, check=False)
-    assert again.returncode == 1 and "already_exists" in again.stderr
+    assert again.returncode == 1 and "failed_precondition" in again.stderr
+    assert server.admin("agents", "revoke", agent_id).returncode == 0  # revoking again is a no-op
 
 
 def test_non_admin_keys_are_refused_by_the_admin_service(server: Server, tmp_path_factory: pytest.TempPathFactory) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 
+import httpx
 import pytest
 
 from actors.facade import Memesh
@@ -283,3 +284,66 @@ async def test_openapi_is_a_valid_3_0_3_document_of_exactly_v1(api: Api) -> None
     assert types_are_strings(doc)
     cell_in = doc["components"]["schemas"]["CellIn"]["properties"]
     assert cell_in["session_id"]["nullable"] is True
+
+
+async def test_a_chunked_body_over_the_cap_is_refused(make_core: Callable[..., Memesh]) -> None:
+    from api.app import create_app
+
+    memesh = make_core()
+    api = Api(memesh)
+    api.app = create_app(memesh, max_body_bytes=2048)
+    api.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=api.app), base_url="http://memesh.test")
+    key = await api.key()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"content": "'
+        for _ in range(10):
+            yield b"x" * 512
+        yield b'", "cell_type": "Fact"}'
+
+    response = await api.http.post(
+        "/v1/cells", content=chunks(), headers={"x-service-key": key, "content-type": "application/json"}
+    )
+    assert_error(response, 400, "validation")
+    assert (await api.call("POST", "/v1/query", key, {"text": "x", "k": 5})).json() == []
+    await memesh.close()
+
+
+async def test_a_batch_with_one_bad_cell_stores_nothing(api: Api) -> None:
+    key = await api.key()
+    good = {"content": "a perfectly good cell", "cell_type": "Fact"}
+    bad = {"content": "names a missing scene", "cell_type": "Fact", "scene_id": "01a2040c-0000-7000-8000-000000000000"}
+    assert_error(await api.call("POST", "/v1/cells:batch", key, {"cells": [good, bad]}), 404, "not_found")
+    assert (await api.call("POST", "/v1/query", key, {"text": "a perfectly good cell", "k": 5})).json() == []
+
+
+async def test_scope_applies_to_writes_and_to_scene_pages(api: Api) -> None:
+    writer = await api.key()
+    scoped = await api.key(read_scope=["alpha"])
+    for project in ("alpha", "beta", "alpha", "beta", "alpha"):
+        await api.call(
+            "POST",
+            "/v1/cells",
+            writer,
+            {"content": f"{project} unique topic {project}", "cell_type": "Fact", "project_id": project},
+        )
+    outside = await api.call("POST", "/v1/cells", scoped, {"content": "x", "cell_type": "Fact", "project_id": "beta"})
+    assert_error(outside, 403, "forbidden")
+    assert_error(await api.call("POST", "/v1/sessions", scoped, {"project_id": "beta"}), 403, "forbidden")
+    seen, cursor = [], None
+    for _ in range(10):
+        page = (await api.call("GET", "/v1/scenes", scoped, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
+        seen += page["scenes"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    everything = (await api.call("GET", "/v1/scenes", writer, params={"limit": 100})).json()["scenes"]
+    assert {s["id"] for s in seen} == {s["id"] for s in everything if s["project_id"] == "alpha"}
+    assert seen and all(s["project_id"] == "alpha" for s in seen)
+
+
+async def test_healthz_tells_no_tenant_data(api: Api) -> None:
+    key = await api.key()
+    await api.call("POST", "/v1/cells", key, {"content": "secret count", "cell_type": "Fact"})
+    body = (await api.http.get("/healthz")).json()
+    assert body["status"] == "ok" and "cells" not in body["detail"] and "agents" not in body["detail"]

@@ -74,7 +74,8 @@ def test_credential_state_machine() -> None:
     rotated = transition(a, "rotate", later(3), new_key_hash=hash_key("msh_new"))
     assert rotated.key_hash != a.key_hash and rotated.status is AgentStatus.ACTIVE
     revoked = transition(a, "revoke", later(4))
-    for action in ("reinstate", "rotate", "suspend", "revoke"):
+    assert transition(revoked, "revoke", later(5)) is revoked  # idempotent: a retried revoke succeeds
+    for action in ("reinstate", "rotate", "suspend"):
         with pytest.raises(Conflict):
             transition(revoked, action, later(5), new_key_hash="h")
 

@@ -151,3 +151,20 @@ def test_shard_mapping_is_stable_and_spreads() -> None:
     shards = [shard_for(k, 4) for k in keys]
     assert shards == [shard_for(k, 4) for k in keys]
     assert set(shards) == {0, 1, 2, 3}
+
+
+def test_rollback_undoes_a_write_whose_commit_failed() -> None:
+    p = partition(join_similarity=0.8)
+    kept = cell(direction(1, DIMS, 0.01, base=5))
+    p.write([kept], [uid("5")])
+    before = p.scene("t1", kept.scene_id or "").centroid.copy()
+    joiner = cell(direction(2, DIMS, 0.01, base=5))
+    founder = cell(direction(3, DIMS, 0.01, base=77))
+    outcome = p.write([joiner, founder], [uid("5"), uid("5")])
+    assert len(outcome.founded) == 1
+    p.rollback(outcome)
+    assert joiner.id not in p.cells and founder.id not in p.cells
+    assert founder.scene_id not in p.scenes
+    assert [c.id for c, _ in p.search("t1", joiner.embedding, 10, NodeFilter())] == [kept.id]
+    assert np.allclose(p.scene("t1", kept.scene_id or "").centroid, before, atol=1e-6)
+    assert [s.id for s in p.list_scenes("t1", None, None, 10)] == [kept.scene_id]
