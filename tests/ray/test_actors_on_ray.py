@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -129,3 +130,48 @@ async def test_killed_registry_restarts_with_agents_and_sessions(core: Memesh) -
 def build_memesh_like(core: Memesh) -> Memesh:
     """A second facade over the same actors, with an empty principal cache."""
     return Memesh(core.directory, core.embedder, {})
+
+
+async def test_killed_inbox_shards_lose_no_committed_delivery_and_never_rewind(core: Memesh) -> None:
+    listener = await writer(core)
+    author = await writer(core)
+    await core.inbox.place_beacon(listener, "payment gateway timeout incidents")
+    seen: dict[int, str] = {}
+    cursors: list[int] = []
+
+    async def write_stream() -> None:
+        for i in range(24):
+            await core.memory.write_cells(
+                author, [NewCell(content=f"payment gateway timeout incidents report {i}", cell_type=CellType.RISK)]
+            )
+            await asyncio.sleep(0.02)
+
+    async def drain_stream() -> None:
+        for _ in range(400):
+            try:
+                page = await core.inbox.pull(listener, None, max(seen, default=0), 5)
+            except MemeshError:
+                await asyncio.sleep(0.05)  # the shard is restarting
+                continue
+            cursors.append(page.cursor)
+            for item in json.loads(page.items_json):
+                previous = seen.setdefault(item["delivery_seq"], item["diff"]["id"])
+                assert previous == item["diff"]["id"]  # a sequence never changes meaning
+            if len(seen) >= 24 and not page.has_more:
+                return
+            await asyncio.sleep(0.02)
+
+    writing = asyncio.create_task(write_stream())
+    draining = asyncio.create_task(drain_stream())
+    await asyncio.sleep(0.3)
+    for i in range(core.directory.spec.inbox_shards):
+        await kill(core, f"inbox_shard:{i}")
+    await writing
+    for i in range(core.directory.spec.scene_shards):
+        await core.directory.scene_shard(i).call("settle", 30.0)
+    await draining
+    assert cursors == sorted(cursors), "a cursor rewound"
+    everything = await core.inbox.pull(listener, 0, None, 256)
+    final = {i["delivery_seq"]: i["diff"]["id"] for i in json.loads(everything.items_json)}
+    assert set(seen) <= set(final) and all(final[s] == d for s, d in seen.items())
+    assert sorted(final) == list(range(1, len(final) + 1)) and len(final) == 24

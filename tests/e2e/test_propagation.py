@@ -1,0 +1,112 @@
+"""New memory finds the agents that need it: beacons, walks, pull and stream, over a running server."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from tests.e2e.conftest import Server, assert_envelope
+
+
+def pull_until(
+    server: Server, key: str, want: int, body: dict[str, Any] | None = None, timeout_s: float = 20.0
+) -> dict[str, Any]:
+    """Pull (without acknowledging) until ``want`` items are visible; walks run after the write is acknowledged."""
+    deadline = time.monotonic() + timeout_s
+    with server.http(key) as http:
+        while True:
+            page: dict[str, Any] = http.post("/v1/inbox:pull", json=body or {}).json()
+            if len(page["items"]) >= want or time.monotonic() > deadline:
+                return page
+            time.sleep(0.1)
+
+
+def ws_url(server: Server) -> str:
+    return server.base_url.replace("http://", "ws://") + "/v1/inbox"
+
+
+def test_a_beacon_attracts_related_memory_and_nothing_else(server: Server) -> None:
+    listener = server.issue("mesh-co", "Reader", "listener")["plaintext_secret"]
+    writer = server.issue("mesh-co", "Writer", "writer")["plaintext_secret"]
+    outsider = server.issue("other-co", "Writer", "outsider")["plaintext_secret"]
+    with server.http(listener) as http:
+        beacon = http.post("/v1/beacons", json={"interest": "database failover and replication incidents"})
+        assert beacon.status_code == 200
+    with server.http(outsider) as http:
+        assert http.post("/v1/beacons", json={"interest": "database failover and replication incidents"}).status_code == 200
+    with server.http(writer) as http:
+        related = http.post(
+            "/v1/cells",
+            json={
+                "content": "The primary Postgres failed over to the replica at 03:12; replication lag peaked at 40s.",
+                "cell_type": "Risk",
+                "salience": 0.9,
+            },
+        ).json()
+        http.post("/v1/cells", json={"content": "The cafeteria now serves vegan lasagne on Thursdays.", "cell_type": "Fact"})
+    page = pull_until(server, listener, 1)
+    assert [i["diff"]["cell_id"] for i in page["items"]] == [related["id"]]
+    item = page["items"][0]
+    assert item["delivery"]["node_kind"] == "beacon" and item["delivery"]["hops"] >= 1
+    assert 0 < item["delivery"]["energy"] < item["diff"]["energy"] and item["delivery"]["score"] > 0.3
+    assert item["diff"]["provenance"]["tenant_id"] == "mesh-co"
+    time.sleep(1.0)  # give any stray walk time to land: nothing may reach another tenant
+    assert pull_until(server, outsider, 1, timeout_s=1)["items"] == []
+    with connect(ws_url(server), additional_headers={"x-service-key": outsider}, open_timeout=10) as ws:
+        with pytest.raises(TimeoutError):
+            ws.recv(timeout=1.5)
+
+
+def test_the_stream_sends_acknowledges_and_resumes(server: Server) -> None:
+    reader = server.issue("stream-co", "Reader", "streamer")["plaintext_secret"]
+    writer = server.issue("stream-co", "Writer", "w")["plaintext_secret"]
+    with server.http(reader) as http:
+        http.post("/v1/beacons", json={"interest": "kubernetes cluster upgrades"})
+    with server.http(writer) as http:
+        for version in ("1.29", "1.30", "1.31"):
+            http.post(
+                "/v1/cells", json={"content": f"We upgraded the production Kubernetes cluster to {version}.", "cell_type": "Fact"}
+            )
+    with connect(ws_url(server), additional_headers={"x-service-key": reader}, open_timeout=10) as ws:
+        frames = [json.loads(ws.recv(timeout=20)) for _ in range(3)]
+        assert [f["delivery_seq"] for f in frames] == [1, 2, 3]
+        assert all("Kubernetes" in f["diff"]["content"] for f in frames)
+        ws.send(json.dumps({"ack": 2}))
+        assert json.loads(ws.recv(timeout=10)) == {"cursor": 2}
+        ws.send(json.dumps({"ack": 1}))
+        assert json.loads(ws.recv(timeout=10)) == {"cursor": 2}  # never rewinds
+        with server.http(writer) as http:
+            http.post("/v1/cells", json={"content": "Kubernetes cluster upgrade to 1.32 is scheduled.", "cell_type": "Task"})
+        live = json.loads(ws.recv(timeout=20))
+        assert live["delivery_seq"] == 4
+    with connect(ws_url(server), additional_headers={"x-service-key": reader}, open_timeout=10) as ws:
+        again = [json.loads(ws.recv(timeout=20)) for _ in range(2)]
+        assert [f["delivery_seq"] for f in again] == [3, 4]  # resumes after the acknowledged cursor
+        ws.send("not json")
+        error = json.loads(ws.recv(timeout=10))
+        assert error["error"]["code"] == "validation"
+    with server.http(reader) as http:
+        assert http.post("/v1/inbox:pull", json={}).json()["cursor"] == 2
+
+
+def test_the_stream_refuses_before_the_upgrade(server: Server) -> None:
+    for headers in ({}, {"x-service-key": "msh_" + "n" * 43}):
+        with pytest.raises(InvalidStatus) as caught:
+            connect(ws_url(server), additional_headers=headers, open_timeout=10)
+        assert caught.value.response.status_code == 401
+        assert json.loads(caught.value.response.body)["error"]["code"] == "unauthorized"
+
+
+def test_pull_errors_over_real_sockets(server: Server) -> None:
+    key = server.issue("pull-errs", "Reader", "r")["plaintext_secret"]
+    with server.http(key) as http:
+        assert_envelope(http.post("/v1/inbox:pull", json={"limit": -1}), 400, "validation")
+        assert_envelope(http.post("/v1/inbox:pull", json={"since": "0"}), 422, "validation")
+        assert_envelope(http.post("/v1/inbox:pull", content=b"{}", headers={"content-type": "text/plain"}), 415, "validation")
+        empty = http.post("/v1/inbox:pull")
+        assert empty.status_code == 200 and empty.json() == {"items": [], "cursor": 0, "window_high": 0, "has_more": False}
