@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
+import numpy.typing as npt
 
 from actors.codecs import (
     agent_node_schema,
@@ -33,7 +34,7 @@ from actors.storage import GroupCommitter, LanceStore, RowTable
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector
 from mesh.vector_index import VectorIndex
-from mesh.walk import Candidate, NodeKind
+from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,34 +162,49 @@ class BeaconSet:
         self._put_agent(node)
         await self._agent_commit.submit([node])
 
-    async def neighbours(
-        self,
-        tenant_id: str,
-        queries: list[tuple[str, Vector]],
-        diff_vector: Vector,
-        k: int,
-        exclude_agent: str | None,
-        now: datetime,
-    ) -> dict[str, list[Candidate]]:
-        """For each frontier node, this set's ``k`` nearest active beacons and agent nodes of the tenant."""
+    async def neighbours_many(self, requests: list[NeighbourRequest], now: datetime) -> list[dict[str, list[Candidate]]]:
+        """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer."""
         await self._ready()
-        nodes = self._tenants.get(tenant_id)
-        if nodes is None or nodes.index.size == 0:
-            return {}
+        answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
+        groups: dict[tuple[str, str | None], list[int]] = {}
+        for n, request in enumerate(requests):
+            groups.setdefault((request.tenant_id, request.exclude_agent), []).append(n)
+        for (tenant_id, exclude), members in groups.items():
+            nodes = self._tenants.get(tenant_id)
+            flat = [(n, fid, vec) for n in members for fid, vec in requests[n].queries]
+            if nodes is None or nodes.index.size == 0 or not flat:
+                continue
+            mask = self._mask(nodes, exclude, now)
+            k = max(requests[n].k for n in members)
+            hits = nodes.index.search_many(np.stack([vec for _, _, vec in flat]), k, mask)
+            for (n, frontier_id, _), found in zip(flat, hits, strict=True):
+                diff = requests[n].diff_vector
+                answers[n][frontier_id] = [
+                    Candidate(nid, nodes.kind[nid], sim, float(np.dot(nodes.index.vector(nid), diff)), nodes.agent[nid])
+                    for nid, sim in found[: requests[n].k]
+                ]
+        return answers
+
+    def _mask(self, nodes: _TenantNodes, exclude_agent: str | None, now: datetime) -> npt.NDArray[np.bool_]:
         mask = np.ones(nodes.index.size, dtype=np.bool_)
         for node_id, expires in nodes.expires.items():
             if expires <= now:
                 mask[nodes.index.row_of(node_id)] = False
         for node_id in nodes.by_agent.get(exclude_agent or "", ()):
             mask[nodes.index.row_of(node_id)] = False
-        relevance = nodes.index.scores(diff_vector)
-        answer: dict[str, list[Candidate]] = {}
-        for frontier_id, vector in queries:
-            answer[frontier_id] = [
-                Candidate(node_id, nodes.kind[node_id], sim, float(relevance[nodes.index.row_of(node_id)]), nodes.agent[node_id])
-                for node_id, sim in nodes.index.search(vector, k, mask)
-            ]
-        return answer
+        return mask
+
+    async def observe_many(self, observations: list[tuple[str, str, Vector]]) -> None:
+        """``observe`` for many writes: (agent_id, tenant_id, vector) each."""
+        await self._ready()
+        changed: dict[str, AgentNode] = {}
+        for agent_id, tenant_id, vector in observations:
+            node = self.agents.get(agent_id) or AgentNode(agent_id, tenant_id, np.zeros(self.config.dims, dtype=np.float64))
+            node.vector_sum = node.vector_sum + vector
+            node.count += 1
+            self._put_agent(node)
+            changed[agent_id] = node
+        await self._agent_commit.submit(list(changed.values()))
 
     async def close(self) -> None:
         await self._beacon_commit.close()

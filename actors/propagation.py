@@ -28,7 +28,7 @@ from typing import Any
 from actors.directory import Directory, beacon_set_index, inbox_index
 from actors.inbox_shard import InboxDelivery
 from mesh.model import Cell, Vector
-from mesh.walk import EnergyPolicy, HopEvent, Reach, WalkState, merge_candidates
+from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
 log = logging.getLogger(__name__)
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
@@ -117,53 +117,82 @@ class Propagator:
         self._background: set[asyncio.Task[None]] = set()
 
     async def walk(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
-        """Decide the walk (no deliveries made): wave by wave over every node owner."""
+        """Decide one walk (no deliveries made)."""
+        return (await self.walk_many([(cell, origin_vector)], now))[0]
+
+    async def walk_many(self, jobs: list[tuple[Cell, Vector]], now: datetime) -> list[WalkResult]:
+        """Decide many walks in lockstep: each wave is one ``neighbours_many`` message per node owner.
+
+        Each walk advances only on its own complete wave, so batching changes
+        no outcome; it only shares the messages and the matrix products.
+        """
         directory = self._directory()
         policy = self.config.policy
-        diff_id = diff_id_of(cell.id)
-        exclude = None if self.config.deliver_to_writer else cell.source_agent
-        state = WalkState.start(policy, cell.scene_id or cell.id, origin_vector, cell.salience)
-        k = policy.fan_out + 1
         spec = directory.spec
-        while not state.done:
-            queries = [(f.node_id, f.vector) for f in state.frontier]
-            calls = [
-                directory.scene_shard(i).call("neighbours", cell.tenant_id, queries, cell.embedding, k)
-                for i in range(spec.scene_shards)
+        states = [WalkState.start(policy, cell.scene_id or cell.id, origin, cell.salience) for cell, origin in jobs]
+        while True:
+            active = [n for n, state in enumerate(states) if not state.done]
+            if not active:
+                break
+            requests = [
+                NeighbourRequest(
+                    jobs[n][0].tenant_id,
+                    [(f.node_id, f.vector) for f in states[n].frontier],
+                    jobs[n][0].embedding,
+                    policy.fan_out + 1,
+                    None if self.config.deliver_to_writer else jobs[n][0].source_agent,
+                )
+                for n in active
             ]
-            calls += [
-                directory.beacon_set(i).call("neighbours", cell.tenant_id, queries, cell.embedding, k, exclude, now)
-                for i in range(spec.beacon_sets)
-            ]
+            calls = [directory.scene_shard(i).call("neighbours_many", requests) for i in range(spec.scene_shards)]
+            calls += [directory.beacon_set(i).call("neighbours_many", requests, now) for i in range(spec.beacon_sets)]
             parts = await asyncio.gather(*calls)
-            state.advance(merge_candidates(list(parts), policy.fan_out))
-        return WalkResult(diff_id, state.events, state.reaches)
+            for position, n in enumerate(active):
+                states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out))
+        return [
+            WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
+        ]
 
     async def propagate(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Update the writer's agent node, walk, deliver, and record the trace."""
+        return (await self.propagate_many([(cell, origin_vector)], now))[0]
+
+    async def propagate_many(self, jobs: list[tuple[Cell, Vector]], now: datetime) -> list[WalkResult]:
+        """``propagate`` for a batch of written cells: agent nodes, walks, deliveries, traces."""
         directory = self._directory()
-        await directory.beacon_set(beacon_set_index(directory, cell.source_agent)).call(
-            "observe", cell.source_agent, cell.tenant_id, [cell.embedding]
-        )
-        result = await self.walk(cell, origin_vector, now)
-        if result.reaches:
+        observations: dict[int, list[tuple[str, str, Vector]]] = defaultdict(list)
+        for cell, _ in jobs:
+            observations[beacon_set_index(directory, cell.source_agent)].append(
+                (cell.source_agent, cell.tenant_id, cell.embedding)
+            )
+        await asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
+        results = await self.walk_many(jobs, now)
+        by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
+        for (cell, _), result in zip(jobs, results, strict=True):
+            if not result.reaches:
+                continue
             payload = diff_json(cell, result.diff_id, self.config.policy.initial_energy(cell.salience))
-            by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
             for reach in result.reaches:
                 item = f'"diff":{payload},"delivery":{delivery_json(reach, now)}'
                 delivery = InboxDelivery(
                     reach.agent_id, f"{result.diff_id}:{reach.node_id}", result.diff_id, cell.project_id, reach.score, item
                 )
                 by_shard[inbox_index(directory, reach.agent_id)].append(delivery)
-            counts = await asyncio.gather(*(directory.inbox_shard(s).call("deliver", ds) for s, ds in by_shard.items()))
-            result.delivered = sum(counts)
-        if self.config.observe and sampled(result.diff_id, self.config.sample_rate):
-            self._record(directory, cell, result, now)
-        return result
+        if by_shard:
+            await asyncio.gather(*(directory.inbox_shard(s).call("deliver", ds) for s, ds in by_shard.items()))
+        traced = []
+        for (cell, _), result in zip(jobs, results, strict=True):
+            result.delivered = len(result.reaches)
+            if self.config.observe and sampled(result.diff_id, self.config.sample_rate):
+                traced.append((cell, result))
+        if traced:
+            self._record(directory, traced, now)
+        return results
 
-    def _record(self, directory: Directory, cell: Cell, result: WalkResult, now: datetime) -> None:
+    def _record(self, directory: Directory, traced: list[tuple[Cell, WalkResult]], now: datetime) -> None:
+        """Hand the traces to the Observatory without waiting; past the in-flight bound, drop and count."""
         if self._inflight_records >= self.config.max_inflight_records:
-            self._dropped += len(result.events)
+            self._dropped += sum(len(result.events) for _, result in traced)
             return
         ts = _rfc3339(now)
         events: list[dict[str, Any]] = [
@@ -181,6 +210,7 @@ class Propagator:
                 "tenant_id": cell.tenant_id,
                 "origin_agent": cell.source_agent,
             }
+            for cell, result in traced
             for e in result.events
         ]
         dropped, self._dropped = self._dropped, 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ from mesh.model import Cell, Scene, Vector
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import SceneTuning
-from mesh.walk import Candidate, NodeKind
+from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class ShardConfig:
     commit_max_rows: int = 1024
     optimize_every: int = 64
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
-    max_concurrent_walks: int = 32
+    walk_batch: int = 64  # walks decided together, in lockstep
 
 
 @dataclass(slots=True)
@@ -77,7 +78,8 @@ class SceneShard:
         self.config = config
         self._lookup = lookup
         self._directory: Directory | None = None
-        self._walk_slots = asyncio.Semaphore(config.max_concurrent_walks)
+        self._walk_queue: deque[Cell] = deque()
+        self._walker: asyncio.Task[None] | None = None
         self._propagator = Propagator(config.propagation, self._dir) if config.propagation else None
         self._walked: set[str] = set()
         self._walked_table: RowTable | None = None
@@ -94,6 +96,7 @@ class SceneShard:
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
+        await self.settle(30.0)
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         if self._propagator is not None:
@@ -129,9 +132,7 @@ class SceneShard:
                 self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
                 self._loaded = True
                 if self._propagator is not None:
-                    for cell in sorted(cells, key=lambda c: c.id):
-                        if cell.id not in self._walked and cell.live:
-                            self._spawn(self._walk(cell))
+                    self._enqueue_walks([c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live])
                 log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
         return self.partition
 
@@ -153,52 +154,79 @@ class SceneShard:
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
         if self._propagator is not None:
-            for cell in outcome.created:
-                self._spawn(self._walk(cell))
+            self._enqueue_walks(outcome.created)
         return outcome.cells
 
     async def settle(self, timeout_s: float = 30.0) -> int:
-        """Wait until every walk started so far has finished; returns how many were waited for.
+        """Wait until every walk queued so far has finished; returns how many were pending.
 
         For tests, benchmarks and orderly shutdown; bounded by ``timeout_s``.
         """
-        waited = 0
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while True:
-            pending = [t for t in self._background if not t.done()]
-            remaining = deadline - asyncio.get_running_loop().time()
-            if not pending or remaining <= 0:
-                return waited
-            waited += len(pending)
-            await asyncio.wait(pending, timeout=remaining)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = len(self._walk_queue)
+        while loop.time() < deadline:
+            walker = self._walker
+            if not self._walk_queue and (walker is None or walker.done()) and not any(not t.done() for t in self._background):
+                break
+            await asyncio.sleep(0.005)
+        return pending
 
-    async def _walk(self, cell: Cell) -> None:
-        assert self._propagator is not None and self._walked_table is not None
-        async with self._walk_slots:
-            scene = self.partition.scenes.get(cell.scene_id or "")
-            origin = scene.centroid if scene is not None and scene.live_count else cell.embedding
-            await self._propagator.propagate(cell, origin, datetime.now(UTC))
-            if cell.id not in self._walked:
-                self._walked.add(cell.id)
-                await self._walked_commit.submit([cell.id])
+    def _enqueue_walks(self, cells: list[Cell]) -> None:
+        if not cells:
+            return
+        self._walk_queue.extend(cells)
+        if self._walker is None or self._walker.done():
+            self._walker = asyncio.get_running_loop().create_task(self._walk_loop())
+
+    async def _walk_loop(self) -> None:
+        """Drain the walk queue in batches; a failed batch is retried, then left for the next restart's replay."""
+        assert self._propagator is not None
+        while self._walk_queue:
+            batch = [self._walk_queue.popleft() for _ in range(min(len(self._walk_queue), self.config.walk_batch))]
+            jobs = []
+            for cell in batch:
+                scene = self.partition.scenes.get(cell.scene_id or "")
+                jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
+            for attempt in range(3):
+                try:
+                    await self._propagator.propagate_many(jobs, datetime.now(UTC))
+                    break
+                except Exception:  # an owner restarting: retry, then leave it to the replay at restart
+                    log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
+                    await asyncio.sleep(0.2 * (attempt + 1))
+            else:
+                continue
+            fresh = [cell.id for cell in batch if cell.id not in self._walked]
+            self._walked.update(fresh)
+            if fresh:
+                self._spawn(self._walked_commit.submit(fresh))
 
     async def _flush_walked(self, cell_ids: list[str]) -> None:
         assert self._walked_table is not None
         await self._walked_table.append(pa.Table.from_pylist([{"cell_id": c} for c in cell_ids], schema=PROPAGATED_SCHEMA))
         await self._walked_table.optimize_if_due(self.config.optimize_every)
 
-    async def neighbours(
-        self, tenant_id: str, queries: list[tuple[str, Vector]], diff_vector: Vector, k: int
-    ) -> dict[str, list[Candidate]]:
-        """For each frontier node, this shard's ``k`` live scenes of the tenant nearest it."""
+    async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
+        """``neighbours`` for many walks at once: one matrix product per tenant."""
         partition = await self._ready()
-        answer: dict[str, list[Candidate]] = {}
-        for frontier_id, vector in queries:
-            answer[frontier_id] = [
-                Candidate(scene.id, NodeKind.SCENE, sim, float(np.dot(scene.centroid, diff_vector)), None, scene.centroid)
-                for scene, sim in partition.scene_neighbours(tenant_id, vector, k)
-            ]
-        return answer
+        answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
+        by_tenant: dict[str, list[int]] = {}
+        for n, request in enumerate(requests):
+            by_tenant.setdefault(request.tenant_id, []).append(n)
+        for tenant_id, members in by_tenant.items():
+            flat = [(n, fid, vec) for n in members for fid, vec in requests[n].queries]
+            if not flat:
+                continue
+            k = max(requests[n].k for n in members)
+            hits = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), k)
+            for (n, frontier_id, _), found in zip(flat, hits, strict=True):
+                request = requests[n]
+                answers[n][frontier_id] = [
+                    Candidate(s.id, NodeKind.SCENE, sim, float(np.dot(s.centroid, request.diff_vector)), None, s.centroid)
+                    for s, sim in found[: request.k]
+                ]
+        return answers
 
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         partition = await self._ready()

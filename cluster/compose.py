@@ -61,7 +61,7 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
             commit_max_rows=storage.commit_max_rows,
             optimize_every=storage.optimize_every,
             propagation=propagation,
-            max_concurrent_walks=prop.max_concurrent_walks,
+            walk_batch=prop.walk_batch,
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):

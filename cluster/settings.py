@@ -102,7 +102,7 @@ class PropagationSettings(_Section):
     fan_out: int = Field(8, ge=1, le=256)
     max_hops: int = Field(16, ge=1, le=256)
     deliver_to_writer: bool = False
-    max_concurrent_walks: int = Field(32, ge=1)
+    walk_batch: int = Field(64, ge=1, le=4096)
     max_inflight_records: int = Field(64, ge=1)
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+import numpy.typing as npt
 
 from mesh.errors import NotFound, ValidationFailed
 from mesh.model import Cell, CellType, Layer, Scene, Vector, normalize
@@ -361,6 +362,13 @@ class MemoryPartition:
         if index is None:
             return []
         return [(self.scenes[sid], sim) for sid, sim in index.search(vector, k)]
+
+    def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], k: int) -> list[list[tuple[Scene, float]]]:
+        """``scene_neighbours`` for every row of ``vectors``, in one matrix product."""
+        index = self._tenant_scenes.get(tenant_id)
+        if index is None:
+            return [[] for _ in range(len(vectors))]
+        return [[(self.scenes[sid], sim) for sid, sim in hits] for hits in index.search_many(vectors, k)]
 
     def _centroid_index(self, scene: Scene) -> VectorIndex:
         key = (scene.tenant_id, scene.project_id)

@@ -97,6 +97,31 @@ class VectorIndex:
         order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), int(candidates[i])))
         return [(self._ids[int(candidates[i])], float(sims[i])) for i in order]
 
+    def search_many(
+        self, queries: npt.NDArray[np.float32], k: int, mask: BoolMask | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """``search`` for every row of ``queries`` with one matrix product (what batched walks use)."""
+        n = self.size
+        if n == 0 or k <= 0 or len(queries) == 0:
+            return [[] for _ in range(len(queries))]
+        allowed = self._live[:n] if mask is None else (self._live[:n] & mask)
+        rows = np.flatnonzero(allowed)
+        if rows.size == 0:
+            return [[] for _ in range(len(queries))]
+        sims = self._matrix[rows] @ queries.astype(np.float32, copy=False).T  # rows x queries
+        kk = min(k, rows.size)
+        top = (
+            np.argpartition(-sims, kk - 1, axis=0)[:kk]
+            if kk < rows.size
+            else np.tile(np.arange(rows.size)[:, None], (1, len(queries)))
+        )
+        answers = []
+        for j in range(len(queries)):
+            column = sims[:, j]
+            picked = sorted(top[:, j].tolist(), key=lambda i: (-float(column[i]), int(rows[i])))
+            answers.append([(self._ids[int(rows[i])], float(column[i])) for i in picked])
+        return answers
+
     def _grow(self) -> None:
         capacity = self._matrix.shape[0] * 2
         matrix = np.zeros((capacity, self.dims), dtype=np.float32)

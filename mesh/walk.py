@@ -77,6 +77,17 @@ class Candidate:
 
 
 @dataclass(frozen=True, slots=True)
+class NeighbourRequest:
+    """One walk's wave as its node owners see it: the frontier, the diff, whom to leave out."""
+
+    tenant_id: str
+    queries: list[tuple[str, Vector]]
+    diff_vector: Vector
+    k: int
+    exclude_agent: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class FrontierNode:
     node_id: str
     vector: Vector

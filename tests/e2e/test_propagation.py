@@ -57,9 +57,11 @@ def test_a_beacon_attracts_related_memory_and_nothing_else(server: Server) -> No
     assert item["diff"]["provenance"]["tenant_id"] == "mesh-co"
     time.sleep(1.0)  # give any stray walk time to land: nothing may reach another tenant
     assert pull_until(server, outsider, 1, timeout_s=1)["items"] == []
-    with connect(ws_url(server), additional_headers={"x-service-key": outsider}, open_timeout=10) as ws:
-        with pytest.raises(TimeoutError):
-            ws.recv(timeout=1.5)
+    with (
+        connect(ws_url(server), additional_headers={"x-service-key": outsider}, open_timeout=10) as ws,
+        pytest.raises(TimeoutError),
+    ):
+        ws.recv(timeout=1.5)
 
 
 def test_the_stream_sends_acknowledges_and_resumes(server: Server) -> None:

@@ -50,3 +50,18 @@ def test_wrong_width_is_refused() -> None:
     index = VectorIndex(dims=3)
     with pytest.raises(ValueError):
         index.upsert("a", unit(1, 0))
+
+
+def test_search_many_answers_like_search_for_every_query() -> None:
+    rng = np.random.default_rng(11)
+    index = VectorIndex(dims=6)
+    for i in range(60):
+        index.upsert(f"n{i:02d}", normalize(rng.normal(size=6)), live=i % 7 != 0)
+    queries = np.stack([normalize(rng.normal(size=6)) for _ in range(9)])
+    mask = np.array([i % 3 != 1 for i in range(60)])
+    for k in (1, 5, 100):
+        many = index.search_many(queries, k, mask)
+        for query, hits in zip(queries, many, strict=True):
+            single = index.search(query, k, mask)
+            assert [h[0] for h in hits] == [h[0] for h in single]
+            assert np.allclose([h[1] for h in hits], [h[1] for h in single], atol=1e-6)

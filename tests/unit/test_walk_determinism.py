@@ -166,3 +166,33 @@ async def test_walks_over_actors_ignore_timing_and_observation(core: Memesh) -> 
         results.append((result.events, result.reaches))
     assert len(results[0][1]) >= 2 and len(results[0][0]) > len(results[0][1])
     assert all(r == results[0] for r in results[1:])
+
+
+async def test_a_batch_of_walks_decides_what_each_walk_decides_alone(core: Memesh) -> None:
+    people = []
+    for topic in ["terraform state locking", "terraform module registry", "state file corruption", "module versions pinning"]:
+        issued = await core.identity.issue(ADMIN, "t1", "a", ["Writer"])
+        who = await core.identity.authenticate(issued.plaintext_secret)
+        await core.inbox.place_beacon(who, topic)
+        people.append(who)
+    cells = []
+    for n, text in enumerate(
+        ["terraform state locking failed", "terraform module registry outage", "state file corruption again"]
+    ):
+        (cell,) = await core.memory.write_cells(people[n], [NewCell(content=text, cell_type=CellType.FACT, salience=0.8)])
+        cells.append(cell)
+    await settle(core)
+    jobs = []
+    for cell in cells:
+        shard = next(
+            core.directory.scene_shard(i).target
+            for i in range(2)
+            if cell.id in core.directory.scene_shard(i).target.partition.cells
+        )  # type: ignore[attr-defined]
+        jobs.append((cell, shard.partition.scenes[cell.scene_id].centroid))
+    propagator = Propagator(PropagationConfig(policy=EnergyPolicy(gate=0.15), observe=False), lambda: core.directory)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
+    together = await propagator.walk_many(jobs, now)
+    alone = [await propagator.walk(cell, origin, now) for cell, origin in jobs]
+    assert [(r.events, r.reaches) for r in together] == [(r.events, r.reaches) for r in alone]
+    assert sum(len(r.reaches) for r in together) >= 2
