@@ -14,7 +14,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,7 +29,7 @@ from actors.codecs import (
     beacons_from_arrow,
     beacons_to_arrow,
 )
-from actors.storage import GroupCommitter, LanceStore, RowTable
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector
 from mesh.vector_index import VectorIndex
@@ -70,26 +69,22 @@ class BeaconSet:
         self._tenants: dict[str, _TenantNodes] = {}
         self._beacon_table: RowTable | None = None
         self._agent_table: RowTable | None = None
-        self._loaded = False
-        self._load_lock = asyncio.Lock()
+        self._ready_once = LoadOnce(self._load)
         self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
 
     async def _ready(self) -> None:
-        if self._loaded:
-            return
-        async with self._load_lock:
-            if self._loaded:
-                return
-            store = await LanceStore.open(self.config.storage_uri)
-            prefix = f"beacon_set_{self.config.index}"
-            self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
-            self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
-            for beacon in beacons_from_arrow(await self._beacon_table.read_all()):
-                self._put_beacon(beacon)
-            for node in agent_nodes_from_arrow(await self._agent_table.read_all()):
-                self._put_agent(node)
-            self._loaded = True
+        await self._ready_once()
+
+    async def _load(self) -> None:
+        store = await LanceStore.open(self.config.storage_uri)
+        prefix = f"beacon_set_{self.config.index}"
+        self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
+        self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
+        for beacon in beacons_from_arrow(await self._beacon_table.read_all()):
+            self._put_beacon(beacon)
+        for node in agent_nodes_from_arrow(await self._agent_table.read_all()):
+            self._put_agent(node)
 
     def _tenant(self, tenant_id: str) -> _TenantNodes:
         nodes = self._tenants.get(tenant_id)

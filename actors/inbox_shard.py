@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow, deliveries_to_arrow
-from actors.storage import GroupCommitter, LanceStore, RowTable
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.inbox import AgentInbox, StoredDelivery
 
 
@@ -67,27 +67,23 @@ class InboxShard:
         self._signals: dict[str, asyncio.Event] = {}
         self._deliveries: RowTable | None = None
         self._cursors: RowTable | None = None
-        self._loaded = False
-        self._load_lock = asyncio.Lock()
+        self._ready_once = LoadOnce(self._load)
         self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, config.commit_window_s, 4096)
         self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, config.commit_window_s, 4096)
 
     async def _ready(self) -> None:
-        if self._loaded:
-            return
-        async with self._load_lock:
-            if self._loaded:
-                return
-            store = await LanceStore.open(self.config.storage_uri)
-            prefix = f"inbox_shard_{self.config.index}"
-            self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
-            self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
-            for agent_id, stored in deliveries_from_arrow(await self._deliveries.read_all()):
-                self._inbox(agent_id).restore(stored)
-            for row in (await self._cursors.read_all()).to_pylist():
-                inbox = self._inbox(row["id"])
-                inbox.cursor = max(inbox.cursor, int(row["cursor"]))
-            self._loaded = True
+        await self._ready_once()
+
+    async def _load(self) -> None:
+        store = await LanceStore.open(self.config.storage_uri)
+        prefix = f"inbox_shard_{self.config.index}"
+        self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
+        self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
+        for agent_id, stored in deliveries_from_arrow(await self._deliveries.read_all()):
+            self._inbox(agent_id).restore(stored)
+        for row in (await self._cursors.read_all()).to_pylist():
+            inbox = self._inbox(row["id"])
+            inbox.cursor = max(inbox.cursor, int(row["cursor"]))
 
     def _inbox(self, agent_id: str) -> AgentInbox:
         inbox = self._inboxes.get(agent_id)

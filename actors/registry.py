@@ -13,7 +13,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -23,7 +22,7 @@ from datetime import datetime
 import pyarrow as pa
 
 from actors.codecs import AGENT_SCHEMA, SESSION_SCHEMA, agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
-from actors.storage import GroupCommitter, LanceStore, RowTable
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.errors import ConfigInvalid, NotFound
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
 from mesh.model import Session
@@ -47,26 +46,22 @@ class Registry:
         self._agent_table: RowTable | None = None
         self._session_table: RowTable | None = None
         self._manifest_table: RowTable | None = None
-        self._loaded = False
-        self._load_lock = asyncio.Lock()
+        self._ready_once = LoadOnce(self._load)
         self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, config.commit_window_s, 256)
         self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, config.commit_window_s, 256)
 
     async def _ready(self) -> None:
-        if self._loaded:
-            return
-        async with self._load_lock:
-            if self._loaded:
-                return
-            store = await LanceStore.open(self.config.storage_uri)
-            self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
-            self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
-            self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
-            for agent in agents_from_arrow(await self._agent_table.read_all()):
-                self._put(agent)
-            for session in sessions_from_arrow(await self._session_table.read_all()):
-                self._sessions[session.id] = session
-            self._loaded = True
+        await self._ready_once()
+
+    async def _load(self) -> None:
+        store = await LanceStore.open(self.config.storage_uri)
+        self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
+        self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
+        self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
+        for agent in agents_from_arrow(await self._agent_table.read_all()):
+            self._put(agent)
+        for session in sessions_from_arrow(await self._session_table.read_all()):
+            self._sessions[session.id] = session
 
     def _put(self, agent: Agent) -> None:
         previous = self._agents.get(agent.id)

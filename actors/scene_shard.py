@@ -36,7 +36,7 @@ from actors.codecs import (
 )
 from actors.directory import Directory
 from actors.propagation import PropagationConfig, Propagator
-from actors.storage import GroupCommitter, LanceStore, RowTable
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.model import Cell, Scene, Vector
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
@@ -87,8 +87,7 @@ class SceneShard:
         self._cells: RowTable | None = None
         self._scenes: RowTable | None = None
         self._persisted: set[str] = set()
-        self._loaded = False
-        self._load_lock = asyncio.Lock()
+        self._ready_once = LoadOnce(self._load)
         self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
         self._ids = IdSource()
@@ -116,25 +115,23 @@ class SceneShard:
         return self._directory
 
     async def _ready(self) -> MemoryPartition:
-        if self._loaded:
-            return self.partition
-        async with self._load_lock:
-            if not self._loaded:
-                store = await LanceStore.open(self.config.storage_uri)
-                prefix = f"scene_shard_{self.config.index}"
-                self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
-                self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))
-                scenes = scenes_from_arrow(await self._scenes.read_all(), self.config.dims)
-                cells = cells_from_arrow(await self._cells.read_all())
-                self.partition.load(scenes, cells)
-                self._persisted = {s.id for s in scenes} | {c.id for c in cells}
-                self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
-                self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
-                self._loaded = True
-                if self._propagator is not None:
-                    self._enqueue_walks([c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live])
-                log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
+        await self._ready_once()
         return self.partition
+
+    async def _load(self) -> None:
+        store = await LanceStore.open(self.config.storage_uri)
+        prefix = f"scene_shard_{self.config.index}"
+        self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
+        self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))
+        scenes = scenes_from_arrow(await self._scenes.read_all(), self.config.dims)
+        cells = cells_from_arrow(await self._cells.read_all())
+        self.partition.load(scenes, cells)
+        self._persisted = {s.id for s in scenes} | {c.id for c in cells}
+        self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
+        self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
+        if self._propagator is not None:
+            self._enqueue_walks([c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live])
+        log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
 
     async def health(self) -> dict[str, int]:
         partition = await self._ready()

@@ -113,6 +113,27 @@ class RowTable:
 T = TypeVar("T")
 
 
+class LoadOnce:
+    """Runs an actor's async loader exactly once, on first use; concurrent callers wait for it.
+
+    (A Ray actor's constructor cannot await, so actors load their tables lazily.)
+    A loader that fails leaves nothing marked loaded: the next call tries again.
+    """
+
+    def __init__(self, loader: Callable[[], Awaitable[None]]) -> None:
+        self._loader = loader
+        self._done = False
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> None:
+        if self._done:
+            return
+        async with self._lock:
+            if not self._done:
+                await self._loader()
+                self._done = True
+
+
 @dataclass
 class _Batch(Generic[T]):
     items: list[T] = field(default_factory=list)

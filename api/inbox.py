@@ -26,7 +26,7 @@ from starlette.websockets import WebSocketState
 from actors.facade import Bucket, Memesh
 from api.errors import STATUS, envelope, memesh_error_response
 from api.gate import KEY_HEADER
-from api.schemas import BeaconIn, BeaconOut, ErrorOut, OkOut, PullIn, PullOut
+from api.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.v1 import Core, _principal
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Principal
@@ -35,8 +35,7 @@ log = logging.getLogger(__name__)
 
 Subscriber = Annotated[Principal, _principal(Bucket.READ)]
 Drainer = Annotated[Principal, _principal(Bucket.INBOX)]
-_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)}
-router = APIRouter(prefix="/v1", responses=_ERRORS)  # type: ignore[arg-type]
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 STREAM_WAIT_S = 15.0
 
 

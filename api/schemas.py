@@ -163,6 +163,12 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)
+}
+"""Every /v1 route documents the envelope for these statuses."""
+
+
 class BeaconIn(_Request):
     interest: StrictStr = Field(min_length=1, description="The interest text the beacon stands for.")
     expires_at: datetime | None = Field(None, description="RFC 3339; the beacon stops attracting deliveries then.")

@@ -15,10 +15,10 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from actors.facade import Bucket, Memesh
 from api.schemas import (
+    ERROR_RESPONSES,
     CellBatchIn,
     CellIn,
     ConsolidationOut,
-    ErrorOut,
     NodeOut,
     OkOut,
     QueryIn,
@@ -51,8 +51,7 @@ Core = Annotated[Memesh, Depends(_memesh)]
 Reader = Annotated[Principal, _principal(Bucket.READ)]
 Writer = Annotated[Principal, _principal(Bucket.WRITE)]
 
-_ERRORS = {s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)}
-router = APIRouter(prefix="/v1", responses=_ERRORS)  # type: ignore[arg-type]
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
 def _new_cell(body: CellIn) -> NewCell:
