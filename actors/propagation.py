@@ -165,8 +165,14 @@ class Propagator:
             observations[beacon_set_index(directory, cell.source_agent)].append(
                 (cell.source_agent, cell.tenant_id, cell.embedding)
             )
-        await asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
-        results = await self.walk_many(jobs, now)
+        observed = asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
+        if self.config.deliver_to_writer:
+            await observed  # the writer's node takes part: update it first, so timing cannot matter
+        # Otherwise the writer's nodes never take part in its walk: update them alongside.
+        try:
+            results = await self.walk_many(jobs, now)
+        finally:
+            await observed
         by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
         for (cell, _), result in zip(jobs, results, strict=True):
             if not result.reaches:
