@@ -14,6 +14,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,6 +36,8 @@ from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector
 from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,7 @@ class BeaconSet:
         self._beacon_table: RowTable | None = None
         self._agent_table: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
+        self._background: set[asyncio.Task[None]] = set()
         self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
 
@@ -199,9 +204,20 @@ class BeaconSet:
             node.count += 1
             self._put_agent(node)
             changed[agent_id] = node
-        await self._agent_commit.submit(list(changed.values()))
+        # Agent nodes are soft state: answer now, commit with the next batch.
+        self._background.add(asyncio.get_running_loop().create_task(self._commit_agents(list(changed.values()))))
+
+    async def _commit_agents(self, nodes: list[AgentNode]) -> None:
+        try:
+            await self._agent_commit.submit(nodes)
+        except Exception:  # soft state: the next observation commits the node again
+            log.warning("agent node commit failed", exc_info=True)
+        finally:
+            self._background = {t for t in self._background if not t.done()}
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
         await self._beacon_commit.close()
         await self._agent_commit.close()
 

@@ -64,6 +64,7 @@ class InboxShard:
         self._inboxes: dict[str, AgentInbox] = {}
         self._unflushed: list[tuple[str, StoredDelivery]] = []
         self._dirty_cursors: dict[str, int] = {}
+        self._durable_cursors: dict[str, int] = {}
         self._signals: dict[str, asyncio.Event] = {}
         self._deliveries: RowTable | None = None
         self._cursors: RowTable | None = None
@@ -84,6 +85,7 @@ class InboxShard:
         for row in (await self._cursors.read_all()).to_pylist():
             inbox = self._inbox(row["id"])
             inbox.cursor = max(inbox.cursor, int(row["cursor"]))
+            self._durable_cursors[row["id"]] = inbox.cursor
 
     def _inbox(self, agent_id: str) -> AgentInbox:
         inbox = self._inboxes.get(agent_id)
@@ -122,9 +124,7 @@ class InboxShard:
         inbox = self._inbox(agent_id)
         page = inbox.pull(since, ack, limit, max_batch, lambda project: not read_scope or project in read_scope)
         items = sorted(page.items, key=lambda d: d.seq) if by_seq else page.items
-        if page.cursor_moved:
-            self._dirty_cursors[agent_id] = page.cursor
-            await self._cursor_commit.submit([1])
+        await self._make_durable(agent_id, page.cursor)
         return PullResult(
             render_items(items),
             len(items),
@@ -138,10 +138,15 @@ class InboxShard:
         """Apply an acknowledgement alone (the stream's ack frames); returns the committed cursor."""
         await self._ready()
         inbox = self._inbox(agent_id)
-        if inbox.apply_ack(ack):
-            self._dirty_cursors[agent_id] = inbox.cursor
-            await self._cursor_commit.submit([1])
+        inbox.apply_ack(ack)
+        await self._make_durable(agent_id, inbox.cursor)
         return inbox.cursor
+
+    async def _make_durable(self, agent_id: str, cursor: int) -> None:
+        """Answer only once ``cursor`` is committed: also after an earlier commit of it failed."""
+        if cursor > self._durable_cursors.get(agent_id, 0):
+            self._dirty_cursors[agent_id] = max(cursor, self._dirty_cursors.get(agent_id, 0))
+            await self._cursor_commit.submit([1])
 
     async def cursor(self, agent_id: str) -> int:
         await self._ready()
@@ -191,4 +196,6 @@ class InboxShard:
             for agent, cursor in dirty.items():  # retried with the next batch
                 self._dirty_cursors.setdefault(agent, cursor)
             raise
+        for agent, cursor in dirty.items():
+            self._durable_cursors[agent] = max(cursor, self._durable_cursors.get(agent, 0))
         await self._cursors.optimize_if_due(self.config.optimize_every)

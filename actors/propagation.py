@@ -69,7 +69,7 @@ def diff_json(cell: Cell, diff_id: str, energy: float) -> str:
             "content": cell.content,
             "cell_type": cell.cell_type.value,
             "layer": cell.layer.value,
-            "salience": cell.salience,
+            "salience": round(float(cell.salience), 6),
             "energy": round(energy, 6),
             "embedding_engine": cell.engine,
             "provenance": {
@@ -157,22 +157,22 @@ class Propagator:
         """Update the writer's agent node, walk, deliver, and record the trace."""
         return (await self.propagate_many([(cell, origin_vector)], now))[0]
 
-    async def propagate_many(self, jobs: list[tuple[Cell, Vector]], now: datetime) -> list[WalkResult]:
-        """``propagate`` for a batch of written cells: agent nodes, walks, deliveries, traces."""
+    async def propagate_many(self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool = True) -> list[WalkResult]:
+        """``propagate`` for a batch of written cells: agent nodes, walks, deliveries, traces.
+
+        The writers' agent nodes move first (one message per BeaconSet, answered
+        before the soft commit of the new means), so every walk of the batch sees
+        the same mesh whatever the timing. ``observe=False`` skips that step: a
+        retried batch or a replay after a restart must not count a cell twice.
+        """
         directory = self._directory()
-        observations: dict[int, list[tuple[str, str, Vector]]] = defaultdict(list)
-        for cell, _ in jobs:
-            observations[beacon_set_index(directory, cell.source_agent)].append(
-                (cell.source_agent, cell.tenant_id, cell.embedding)
-            )
-        observed = asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
-        if self.config.deliver_to_writer:
-            await observed  # the writer's node takes part: update it first, so timing cannot matter
-        # Otherwise the writer's nodes never take part in its walk: update them alongside.
-        try:
-            results = await self.walk_many(jobs, now)
-        finally:
-            await observed
+        if observe:
+            observations: dict[int, list[tuple[str, str, Vector]]] = defaultdict(list)
+            for cell, _ in jobs:
+                index = beacon_set_index(directory, cell.source_agent)
+                observations[index].append((cell.source_agent, cell.tenant_id, cell.embedding))
+            await asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
+        results = await self.walk_many(jobs, now)
         by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
         for (cell, _), result in zip(jobs, results, strict=True):
             if not result.reaches:

@@ -79,6 +79,7 @@ class SceneShard:
         self._lookup = lookup
         self._directory: Directory | None = None
         self._walk_queue: deque[Cell] = deque()
+        self._replayed: set[str] = set()
         self._walker: asyncio.Task[None] | None = None
         self._propagator = Propagator(config.propagation, self._dir) if config.propagation else None
         self._walked: set[str] = set()
@@ -130,7 +131,9 @@ class SceneShard:
         self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
         self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
         if self._propagator is not None:
-            self._enqueue_walks([c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live])
+            pending = [c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live]
+            self._replayed.update(c.id for c in pending)  # their agent nodes were already moved before the crash
+            self._enqueue_walks(pending)
         log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
 
     async def health(self) -> dict[str, int]:
@@ -185,9 +188,15 @@ class SceneShard:
             for cell in batch:
                 scene = self.partition.scenes.get(cell.scene_id or "")
                 jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
+            replay = [job for job in jobs if job[0].id in self._replayed]
+            fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
             for attempt in range(3):
                 try:
-                    await self._propagator.propagate_many(jobs, datetime.now(UTC))
+                    now = datetime.now(UTC)
+                    if fresh_jobs:
+                        await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
+                    if replay:
+                        await self._propagator.propagate_many(replay, now, observe=False)
                     break
                 except Exception:  # an owner restarting: retry, then leave it to the replay at restart
                     log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
@@ -256,6 +265,11 @@ class SceneShard:
         """Abstract every near-duplicate group of the scene; a retry finds nothing left to do."""
         partition = await self._ready()
         outcome = partition.consolidate(tenant_id, scene_id, self._ids.new, source_agent, now)
+        # A Pattern abstracts cells whose diffs already propagated: it starts no walk of its own.
+        pattern_ids = [p.id for p in outcome.patterns]
+        self._walked.update(pattern_ids)
+        if pattern_ids:
+            self._spawn(self._walked_commit.submit(pattern_ids))
         changes = [_Change("cell", True, p) for p in outcome.patterns]
         changes += [_Change("cell", False, c) for c in outcome.superseded]
         changes.append(_Change("scene", False, outcome.scene))

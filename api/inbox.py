@@ -20,7 +20,7 @@ import logging
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Response, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, Body, Response, WebSocket
 from starlette.websockets import WebSocketState
 
 from actors.facade import Bucket, Memesh
@@ -28,7 +28,7 @@ from api.errors import STATUS, envelope, memesh_error_response
 from api.gate import KEY_HEADER
 from api.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.v1 import Core, _principal
-from mesh.errors import MemeshError, ValidationFailed
+from mesh.errors import MemeshError, Unavailable, ValidationFailed
 from mesh.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ Subscriber = Annotated[Principal, _principal(Bucket.READ)]
 Drainer = Annotated[Principal, _principal(Bucket.INBOX)]
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 STREAM_WAIT_S = 15.0
+STREAM_RETRIES = 10
 
 
 @router.post("/beacons", response_model=BeaconOut, tags=["inbox"], summary="Place a standing interest")
@@ -72,41 +73,79 @@ async def stream(websocket: WebSocket) -> None:
         return
     await websocket.accept()
     sender = asyncio.create_task(_send_loop(websocket, memesh, principal))
-    try:
-        await _receive_loop(websocket, memesh, principal)
-    finally:
-        sender.cancel()
+    receiver = asyncio.create_task(_receive_loop(websocket, memesh, principal))
+    done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
+            await task
+    failure = sender.exception() if sender in done and not sender.cancelled() else None
+    if failure is not None:
+        log.warning("inbox stream stopped: %s", failure)
+        error = failure if isinstance(failure, MemeshError) else Unavailable("the inbox stream failed")
+        await _close_with(websocket, error)
+
+
+async def _close_with(websocket: WebSocket, error: MemeshError, code: int | None = None) -> None:
+    """Send the error envelope as a frame, then close (1008 for the client's fault, 1011 for ours)."""
+    if websocket.application_state is not WebSocketState.CONNECTED:
+        return
+    with contextlib.suppress(Exception):
+        await websocket.send_text(json.dumps(envelope(error.code, error.message)))
+        await websocket.close(code=code or (1008 if STATUS[error.code][0] < 500 else 1011))
 
 
 async def _send_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
+    """Send every delivery after the acknowledged cursor, then each new one as it commits.
+
+    A shard that is restarting is retried (bounded); past that the loop fails and
+    the connection is closed with an error frame, never left open and silent.
+    """
     sent = await memesh.inbox.cursor(principal)
+    failures = 0
     while websocket.application_state is WebSocketState.CONNECTED:
-        page = await memesh.inbox.pull(principal, since=sent, ack=None, limit=None, by_seq=True)
-        if page.count:
-            for item in json.loads(page.items_json):
-                await websocket.send_text(json.dumps(item, separators=(",", ":")))
+        try:
+            page = await memesh.inbox.pull(principal, since=sent, ack=None, limit=None, by_seq=True)
+            if not page.has_more and not page.count:
+                await memesh.inbox.wait(principal, sent, STREAM_WAIT_S)
+                failures = 0
+                continue
+        except Unavailable:
+            failures += 1
+            if failures > STREAM_RETRIES:
+                raise
+            await asyncio.sleep(0.2 * failures)
+            continue
+        failures = 0
+        for item in json.loads(page.items_json):
+            await websocket.send_text(json.dumps(item, separators=(",", ":")))
         sent = max(sent, page.window_high)
-        if not page.has_more:
-            await memesh.inbox.wait(principal, sent, STREAM_WAIT_S)
 
 
 async def _receive_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
     while True:
-        try:
-            text = await websocket.receive_text()
-        except (WebSocketDisconnect, RuntimeError):
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
             return
+        text = message.get("text")
         try:
+            if text is None:
+                raise ValidationFailed('frames must be text: {"ack": N}')
             frame = json.loads(text)
             ack = frame.get("ack") if isinstance(frame, dict) else None
-            if set(frame) != {"ack"} or not isinstance(ack, int) or isinstance(ack, bool) or ack < 0:
+            if (
+                not isinstance(frame, dict)
+                or set(frame) != {"ack"}
+                or not isinstance(ack, int)
+                or isinstance(ack, bool)
+                or ack < 0
+            ):
                 raise ValidationFailed('frames must be {"ack": N} with N >= 0')
             cursor = await memesh.inbox.ack(principal, ack)
-        except (ValueError, TypeError, MemeshError) as exc:
-            error = exc if isinstance(exc, MemeshError) else ValidationFailed("frames must be JSON objects")
-            await websocket.send_text(json.dumps(envelope(error.code, error.message)))
-            await websocket.close(code=1008 if STATUS[error.code][0] < 500 else 1011)
+        except ValueError:
+            await _close_with(websocket, ValidationFailed("frames must be JSON objects"))
+            return
+        except MemeshError as exc:
+            await _close_with(websocket, exc, 1003 if text is None else None)
             return
         await websocket.send_text(json.dumps({"cursor": cursor}))

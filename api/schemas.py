@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from mesh.model import Cell, CellType, Layer, Scene
 
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
 StrictFloat = Annotated[float, Field(strict=True)]
 Salience = Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
 Vector = list[StrictFloat]
@@ -182,9 +184,13 @@ class BeaconOut(BaseModel):
 
 
 class PullIn(_Request):
-    since: StrictInt | None = Field(None, ge=0, description="Page floor for this call only (strictly greater than).")
-    ack: StrictInt | None = Field(None, ge=0, description="Largest sequence all of whose items were handled.")
-    limit: StrictInt | None = Field(None, ge=0, description="0 or absent: pull.max_batch; larger values are clamped to it.")
+    since: StrictInt | None = Field(
+        None, ge=0, le=INT64_MAX, description="Page floor for this call only (strictly greater than)."
+    )
+    ack: StrictInt | None = Field(None, ge=0, le=INT64_MAX, description="Largest sequence all of whose items were handled.")
+    limit: StrictInt | None = Field(
+        None, ge=0, le=INT32_MAX, description="0 or absent: pull.max_batch; larger values are clamped to it."
+    )
 
 
 class DiffProvenance(BaseModel):

@@ -126,6 +126,8 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
     sure the bootstrap admin exists. Returns the key file when this start wrote it."""
     wanted: dict[str, str | int] = {
         "scene_shards": settings.ray.scene_shards,
+        "beacon_sets": settings.ray.beacon_sets,
+        "inbox_shards": settings.ray.inbox_shards,
         "embedding_engine": memesh.embedder.name,
         "dims": memesh.embedder.dims,
     }

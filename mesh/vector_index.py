@@ -92,9 +92,8 @@ class VectorIndex:
             if candidates.size < n // 2
             else self.scores(query)[candidates]
         )
-        top = np.argpartition(-sims, k - 1)[:k] if k < candidates.size else np.arange(candidates.size)
-        # Stable order: best score first, then earlier row.
-        order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), int(candidates[i])))
+        top = self._top(sims, k)
+        order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), self._ids[int(candidates[i])]))[:k]
         return [(self._ids[int(candidates[i])], float(sims[i])) for i in order]
 
     def search_many(
@@ -109,18 +108,20 @@ class VectorIndex:
         if rows.size == 0:
             return [[] for _ in range(len(queries))]
         sims = self._matrix[rows] @ queries.astype(np.float32, copy=False).T  # rows x queries
-        kk = min(k, rows.size)
-        top = (
-            np.argpartition(-sims, kk - 1, axis=0)[:kk]
-            if kk < rows.size
-            else np.tile(np.arange(rows.size)[:, None], (1, len(queries)))
-        )
         answers = []
         for j in range(len(queries)):
             column = sims[:, j]
-            picked = sorted(top[:, j].tolist(), key=lambda i: (-float(column[i]), int(rows[i])))
+            picked = sorted(self._top(column, k).tolist(), key=lambda i: (-float(column[i]), self._ids[int(rows[i])]))[:k]
             answers.append([(self._ids[int(rows[i])], float(column[i])) for i in picked])
         return answers
+
+    @staticmethod
+    def _top(sims: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+        """Positions of the ``k`` best scores, plus any tied with the k-th (the caller breaks ties by id)."""
+        if k >= sims.size:
+            return np.arange(sims.size)
+        kth = np.partition(-sims, k - 1)[k - 1]
+        return np.flatnonzero(-sims <= kth)
 
     def _grow(self) -> None:
         capacity = self._matrix.shape[0] * 2

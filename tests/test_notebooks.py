@@ -41,7 +41,9 @@ def _kernel_manager(root: Path) -> AsyncKernelManager:
 
 def _kernel_env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMESH_") and k != "RAY_ADDRESS"}
-    env["MEMESH_CONFIG"] = str(root / "no-memesh.toml")  # a path that does not exist: no TOML source
+    empty = root / "empty-memesh.toml"
+    empty.write_text("# no settings: the notebook's own arguments and the defaults apply\n")
+    env["MEMESH_CONFIG"] = str(empty)  # an empty TOML source, so no stray memesh.toml applies
     env["IPYTHONDIR"] = str(root / "ipython")  # no user profile or startup files
     (root / "tmp").mkdir()
     env["TMPDIR"] = str(root / "tmp")  # what a failing notebook leaves behind stays under tmp_path

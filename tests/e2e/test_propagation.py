@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from tests.e2e.conftest import Server, assert_envelope
@@ -92,6 +92,13 @@ def test_the_stream_sends_acknowledges_and_resumes(server: Server) -> None:
         ws.send("not json")
         error = json.loads(ws.recv(timeout=10))
         assert error["error"]["code"] == "validation"
+    with connect(ws_url(server), additional_headers={"x-service-key": reader}, open_timeout=10) as ws:
+        [json.loads(ws.recv(timeout=20)) for _ in range(2)]
+        ws.send(b"\x00binary")
+        assert json.loads(ws.recv(timeout=10))["error"]["code"] == "validation"
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
     with server.http(reader) as http:
         assert http.post("/v1/inbox:pull", json={}).json()["cursor"] == 2
 
@@ -109,6 +116,7 @@ def test_pull_errors_over_real_sockets(server: Server) -> None:
     with server.http(key) as http:
         assert_envelope(http.post("/v1/inbox:pull", json={"limit": -1}), 400, "validation")
         assert_envelope(http.post("/v1/inbox:pull", json={"since": "0"}), 422, "validation")
+        assert_envelope(http.post("/v1/inbox:pull", json={"ack": 2**63}), 400, "validation")
         assert_envelope(http.post("/v1/inbox:pull", content=b"{}", headers={"content-type": "text/plain"}), 415, "validation")
         empty = http.post("/v1/inbox:pull")
         assert empty.status_code == 200 and empty.json() == {"items": [], "cursor": 0, "window_high": 0, "has_more": False}

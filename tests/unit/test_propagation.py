@@ -169,3 +169,66 @@ async def test_beacon_quota(make_core: Callable[..., Memesh]) -> None:
     except QuotaExceeded:
         pass
     await core.close()
+
+
+async def test_patterns_start_no_walk_and_replays_count_no_write_twice(make_core: Callable[..., Memesh]) -> None:
+    first = make_core()
+    listener, _ = await agent(first)
+    writer, _ = await agent(first)
+    await first.inbox.place_beacon(listener, "flaky integration tests")
+    for _ in range(2):
+        await write(first, writer, "flaky integration tests retried")
+    assert len((await drain(first, listener))["items"]) == 2
+    scene_id = (
+        await first.memory.write_cells(writer, [NewCell(content="flaky integration tests retried", cell_type=CellType.FACT)])
+    )[0].scene_id
+    await settle(first)
+    report = await first.memory.consolidate(writer, scene_id or "")
+    assert report.patterns
+    await settle(first)
+    assert len((await drain(first, listener))["items"]) == 3  # the pattern reached nobody
+    from actors.directory import beacon_set_index
+
+    index = beacon_set_index(first.directory, writer.agent_id)
+    count = first.directory.beacon_set(index).target.agents[writer.agent_id].count  # type: ignore[attr-defined]
+    await first.close()
+    second = make_core()
+    await second.health()
+    await settle(second)
+    assert len((await drain(second, listener))["items"]) == 3
+    await second.directory.beacon_set(index).call("health")
+    assert second.directory.beacon_set(index).target.agents[writer.agent_id].count == count  # type: ignore[attr-defined]
+    await second.close()
+
+
+async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Memesh) -> None:
+    from mesh.errors import StorageUnavailable
+
+    listener, _ = await agent(core)
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "certificate expiry warnings")
+    await write(core, writer, "certificate expiry warnings for the api gateway")
+    shard = next(
+        core.directory.inbox_shard(i).target
+        for i in range(2)
+        if listener.agent_id in core.directory.inbox_shard(i).target._inboxes
+    )  # type: ignore[attr-defined]
+    table = shard._cursors
+    real_upsert, calls = table.upsert, []
+
+    async def failing_once(rows: Any, key: str = "id") -> None:
+        calls.append(rows.num_rows)
+        if len(calls) == 1:
+            raise StorageUnavailable("disk full")
+        await real_upsert(rows, key)
+
+    table.upsert = failing_once
+    try:
+        await core.inbox.pull(listener, None, 1, None)
+        raise AssertionError("the failed cursor commit was acknowledged")
+    except StorageUnavailable:
+        pass
+    page = await core.inbox.pull(listener, None, 1, None)  # the same ack again: now it must really commit
+    assert page.cursor == 1 and len(calls) == 2
+    stored = (await shard._cursors.read_all()).to_pylist()
+    assert {"id": listener.agent_id, "cursor": 1} in stored
