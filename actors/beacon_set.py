@@ -178,10 +178,11 @@ class BeaconSet:
             k = max(requests[n].k for n in members)
             hits = nodes.index.search_many(np.stack([vec for _, _, vec in flat]), k, mask)
             for (n, frontier_id, _), found in zip(flat, hits, strict=True):
-                diff = requests[n].diff_vector
+                found = found[: requests[n].k]
+                relevance = nodes.index.similarity([nid for nid, _ in found], requests[n].diff_vector).tolist()
                 answers[n][frontier_id] = [
-                    Candidate(nid, nodes.kind[nid], sim, float(np.dot(nodes.index.vector(nid), diff)), nodes.agent[nid])
-                    for nid, sim in found[: requests[n].k]
+                    Candidate(nid, nodes.kind[nid], sim, rel, nodes.agent[nid])
+                    for (nid, sim), rel in zip(found, relevance, strict=True)
                 ]
         return answers
 

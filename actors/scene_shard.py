@@ -228,9 +228,12 @@ class SceneShard:
             hits = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), k)
             for (n, frontier_id, _), found in zip(flat, hits, strict=True):
                 request = requests[n]
+                found = found[: request.k]
+                centroids = [s.centroid for s, _ in found]
+                relevance = (np.stack(centroids) @ request.diff_vector).tolist() if centroids else []
                 answers[n][frontier_id] = [
-                    Candidate(s.id, NodeKind.SCENE, sim, float(np.dot(s.centroid, request.diff_vector)), None, s.centroid)
-                    for s, sim in found[: request.k]
+                    Candidate(s.id, NodeKind.SCENE, sim, rel, None, centroid)
+                    for (s, sim), rel, centroid in zip(found, relevance, centroids, strict=True)
                 ]
         return answers
 

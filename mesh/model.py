@@ -96,10 +96,26 @@ class Scene:
     live_count: int = 0
     summary: str = ""
     summary_dirty: bool = True
+    cached_centroid: Vector | None = field(default=None, repr=False)
 
     @property
     def centroid(self) -> Vector:
-        return normalize(self.vector_sum.astype(np.float32))
+        """The normalised mean of the live members; computed once per change of the sum."""
+        if self.cached_centroid is None:
+            self.cached_centroid = normalize(self.vector_sum.astype(np.float32))
+        return self.cached_centroid
+
+    def add_vector(self, vector: Vector) -> None:
+        self.vector_sum += vector
+        self.cached_centroid = None
+
+    def remove_vector(self, vector: Vector) -> None:
+        self.vector_sum -= vector
+        self.cached_centroid = None
+
+    def reset_sum(self, vector_sum: npt.NDArray[np.float64]) -> None:
+        self.vector_sum = vector_sum
+        self.cached_centroid = None
 
 
 @dataclass(slots=True, eq=False)

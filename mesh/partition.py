@@ -134,7 +134,7 @@ class MemoryPartition:
     def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
         """Rebuild from stored rows; centroids are recomputed from live members."""
         for scene in scenes:
-            scene.vector_sum = np.zeros(self.dims, dtype=np.float64)
+            scene.reset_sum(np.zeros(self.dims, dtype=np.float64))
             scene.members, scene.live_count, scene.summary_dirty = [], 0, True
             self.scenes[scene.id] = scene
         for cell in sorted(cells, key=lambda c: c.id):
@@ -184,7 +184,7 @@ class MemoryPartition:
             if scene is not None and cell.id in scene.members:
                 scene.members.remove(cell.id)
                 if cell.live:
-                    scene.vector_sum -= cell.embedding
+                    scene.remove_vector(cell.embedding)
                     scene.live_count -= 1
                 scene.summary_dirty = True
                 self._update_centroid(scene)
@@ -224,7 +224,7 @@ class MemoryPartition:
         if scene is not None:
             scene.members.append(cell.id)
             if cell.live:
-                scene.vector_sum += cell.embedding
+                scene.add_vector(cell.embedding)
                 scene.live_count += 1
             scene.summary_dirty = True
 
@@ -334,7 +334,7 @@ class MemoryPartition:
 
     def _recompute(self, scene: Scene) -> None:
         live = [self.cells[m] for m in scene.members if self.cells[m].live]
-        scene.vector_sum = (
+        scene.reset_sum(
             np.sum([c.embedding for c in live], axis=0, dtype=np.float64) if live else np.zeros(self.dims, dtype=np.float64)
         )
         scene.live_count = len(live)

@@ -68,6 +68,14 @@ class VectorIndex:
         if row is not None:
             self._live[row] = live
 
+    def similarity(self, node_ids: list[str], vector: Vector) -> npt.NDArray[np.float32]:
+        """Cosine of ``vector`` with each of ``node_ids`` (one gather and one product)."""
+        if not node_ids:
+            return np.zeros(0, dtype=np.float32)
+        rows = [self._row[n] for n in node_ids]
+        result: npt.NDArray[np.float32] = self._matrix[rows] @ vector.astype(np.float32, copy=False)
+        return result
+
     def live_mask(self) -> BoolMask:
         return self._live[: self.size]
 
