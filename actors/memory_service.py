@@ -9,21 +9,25 @@ an identity named in a request. Shards are addressed through the Directory by
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 import numpy as np
 
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from actors.embedding import Embedder
-from mesh.errors import DimensionMismatch, Forbidden, NotFound, ValidationFailed
+from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
 from mesh.identity import Principal, require_writer
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, normalize
 from mesh.partition import partition_key, shard_for
 from mesh.query import NodeFilter, rerank_for_recall
 from mesh.tuning import RecallTuning
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,7 @@ class MemoryService:
         self._recall = recall_tuning
         self._limits = limits
         self._scene_home: dict[str, int] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # --------------------------------------------------------------- writing
     async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
@@ -177,8 +182,17 @@ class MemoryService:
         by_shard: dict[int, list[str]] = defaultdict(list)
         for cell in ranked:
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(cell.id)
-        await asyncio.gather(*(self._dir.scene_shard(s).call("touch", ids, now) for s, ids in by_shard.items()))
+        for shard, ids in by_shard.items():  # access times are soft state: recall does not wait for them
+            task = asyncio.get_running_loop().create_task(self._touch(shard, ids, now))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         return [replace(cell, last_accessed=max(cell.last_accessed, now)) for cell in ranked]
+
+    async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
+        try:
+            await self._dir.scene_shard(shard).call("touch", ids, now)
+        except MemeshError:
+            log.warning("recording access times failed", exc_info=True)
 
     async def _query_vector(self, text: str | None, embedding: list[float] | None, k: int) -> Vector:
         if k < 1 or k > self._limits.max_k:

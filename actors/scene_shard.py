@@ -93,6 +93,8 @@ class SceneShard:
         self._background: set[asyncio.Task[None]] = set()
         self._ids = IdSource()
         self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
+        # Access times: a long window, so their upserts stay off the write path.
+        self._touch_commit: GroupCommitter[_Change] = GroupCommitter(self._flush, 1.0, 100_000)
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
@@ -102,6 +104,7 @@ class SceneShard:
         if self._propagator is not None:
             await self._propagator.close()
         await self._commit.close()
+        await self._touch_commit.close()
         await self._walked_commit.close()
 
     def attach(self, directory: Directory) -> None:
@@ -245,8 +248,11 @@ class SceneShard:
         """Record access times; persisted with the next batch, not awaited (soft state)."""
         partition = await self._ready()
         touched = partition.touch(cell_ids, now)
-        if touched:
-            self._spawn(self._commit.submit([_Change("cell", False, c) for c in touched]))
+        # A cell whose first append is still pending carries its new access time in that append;
+        # only committed rows are upserted here (an upsert of a pending row would store it twice).
+        committed = [c for c in touched if c.id in self._persisted]
+        if committed:
+            self._spawn(self._touch_commit.submit([_Change("cell", False, c) for c in committed]))
 
     async def get_scene(self, tenant_id: str, scene_id: str) -> Scene:
         partition = await self._ready()
