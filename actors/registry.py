@@ -46,6 +46,8 @@ class Registry:
         self._agent_table: RowTable | None = None
         self._session_table: RowTable | None = None
         self._manifest_table: RowTable | None = None
+        self._stored_agents: set[str] = set()  # ids with a committed row: later changes are upserts
+        self._stored_sessions: set[str] = set()
         self._ready_once = LoadOnce(self._load)
         self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, config.commit_window_s, 256)
         self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, config.commit_window_s, 256)
@@ -62,6 +64,8 @@ class Registry:
             self._put(agent)
         for session in sessions_from_arrow(await self._session_table.read_all()):
             self._sessions[session.id] = session
+        self._stored_agents = set(self._agents)
+        self._stored_sessions = set(self._sessions)
 
     def _put(self, agent: Agent) -> None:
         previous = self._agents.get(agent.id)
@@ -212,13 +216,18 @@ class Registry:
         return closed
 
     async def _flush_agents(self, agents: list[Agent]) -> None:
+        """New agents are appended; changed ones upserted (a merge over the whole table costs far more)."""
         assert self._agent_table is not None
         latest = {a.id: a for a in agents}
-        await self._agent_table.upsert(agents_to_arrow(latest.values()))
+        await self._agent_table.append(agents_to_arrow(a for i, a in latest.items() if i not in self._stored_agents))
+        await self._agent_table.upsert(agents_to_arrow(a for i, a in latest.items() if i in self._stored_agents))
+        self._stored_agents.update(latest)
         await self._agent_table.optimize_if_due(self.config.optimize_every)
 
     async def _flush_sessions(self, sessions: list[Session]) -> None:
         assert self._session_table is not None
         latest = {s.id: s for s in sessions}
-        await self._session_table.upsert(sessions_to_arrow(latest.values()))
+        await self._session_table.append(sessions_to_arrow(s for i, s in latest.items() if i not in self._stored_sessions))
+        await self._session_table.upsert(sessions_to_arrow(s for i, s in latest.items() if i in self._stored_sessions))
+        self._stored_sessions.update(latest)
         await self._session_table.optimize_if_due(self.config.optimize_every)
