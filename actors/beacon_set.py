@@ -47,6 +47,7 @@ class BeaconSetConfig:
     dims: int
     commit_window_s: float = 0.002
     optimize_every: int = 64
+    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
 
 
 class _TenantNodes:
@@ -82,7 +83,7 @@ class BeaconSet:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri)
+        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
         prefix = f"beacon_set_{self.config.index}"
         self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
         self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))

@@ -30,6 +30,7 @@ class InboxShardConfig:
     index: int
     commit_window_s: float = 0.002
     optimize_every: int = 64
+    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class InboxShard:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri)
+        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
         prefix = f"inbox_shard_{self.config.index}"
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
         self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)

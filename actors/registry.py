@@ -35,6 +35,7 @@ class RegistryConfig:
     storage_uri: str
     commit_window_s: float = 0.001
     optimize_every: int = 64
+    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
 
 
 class Registry:
@@ -56,7 +57,7 @@ class Registry:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri)
+        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
         self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
         self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
         self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)

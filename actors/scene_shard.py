@@ -57,6 +57,7 @@ class ShardConfig:
     optimize_every: int = 64
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
+    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
 
 
 @dataclass(slots=True)
@@ -123,7 +124,7 @@ class SceneShard:
         return self.partition
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri)
+        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
         prefix = f"scene_shard_{self.config.index}"
         self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
         self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))

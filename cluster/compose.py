@@ -62,15 +62,20 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
             optimize_every=storage.optimize_every,
             propagation=propagation,
             walk_batch=prop.walk_batch,
+            cache_mb=storage.cache_mb,
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):
-        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(uri, i, dims, window, storage.optimize_every),))
+        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(uri, i, dims, window, storage.optimize_every, storage.cache_mb),))
     for i in range(settings.ray.inbox_shards):
-        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(uri, i, window, storage.optimize_every),))
+        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(uri, i, window, storage.optimize_every, storage.cache_mb),))
     plan["registry"] = (
         Registry,
-        (RegistryConfig(storage_uri=uri, commit_window_s=window, optimize_every=storage.optimize_every),),
+        (
+            RegistryConfig(
+                storage_uri=uri, commit_window_s=window, optimize_every=storage.optimize_every, cache_mb=storage.cache_mb
+            ),
+        ),
     )
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))

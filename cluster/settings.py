@@ -41,6 +41,7 @@ class StorageSettings(_Section):
     commit_window_ms: float = Field(2.0, ge=0)
     commit_max_rows: int = Field(1024, ge=1)
     optimize_every: int = Field(64, ge=1)
+    cache_mb: int = Field(32, ge=1, le=65_536)  # per actor: LanceDB's index and metadata caches
 
     def lance_uri(self) -> str:
         return self.uri or str((self.data_dir / "lance").resolve())
