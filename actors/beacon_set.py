@@ -76,6 +76,7 @@ class BeaconSet:
         self._agent_table: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
         self._background: set[asyncio.Task[None]] = set()
+        self._stored: set[str] = set()  # beacon and agent ids with a committed row: later changes are upserts
         self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
 
@@ -91,6 +92,7 @@ class BeaconSet:
             self._put_beacon(beacon)
         for node in agent_nodes_from_arrow(await self._agent_table.read_all()):
             self._put_agent(node)
+        self._stored = set(self.beacons) | set(self.agents)
 
     def _tenant(self, tenant_id: str) -> _TenantNodes:
         nodes = self._tenants.get(tenant_id)
@@ -224,13 +226,20 @@ class BeaconSet:
         await self._agent_commit.close()
 
     async def _flush_beacons(self, beacons: list[Beacon]) -> None:
+        """New beacons are appended; removals upserted (a merge over the whole table costs far more)."""
         assert self._beacon_table is not None
         latest = {b.id: b for b in beacons}
-        await self._beacon_table.upsert(beacons_to_arrow(latest.values(), self.config.dims))
+        dims = self.config.dims
+        await self._beacon_table.append(beacons_to_arrow((b for i, b in latest.items() if i not in self._stored), dims))
+        await self._beacon_table.upsert(beacons_to_arrow((b for i, b in latest.items() if i in self._stored), dims))
+        self._stored.update(latest)
         await self._beacon_table.optimize_if_due(self.config.optimize_every)
 
     async def _flush_agents(self, nodes: list[AgentNode]) -> None:
         assert self._agent_table is not None
         latest = {n.agent_id: n for n in nodes}
-        await self._agent_table.upsert(agent_nodes_to_arrow(latest.values(), self.config.dims))
+        dims = self.config.dims
+        await self._agent_table.append(agent_nodes_to_arrow((n for i, n in latest.items() if i not in self._stored), dims))
+        await self._agent_table.upsert(agent_nodes_to_arrow((n for i, n in latest.items() if i in self._stored), dims))
+        self._stored.update(latest)
         await self._agent_table.optimize_if_due(self.config.optimize_every)
