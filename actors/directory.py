@@ -47,6 +47,8 @@ class Directory(Protocol):
 
     def observatory(self) -> ActorRef: ...
 
+    def audit_log(self) -> ActorRef: ...
+
     async def close(self) -> None: ...
 
 
@@ -68,6 +70,7 @@ def all_refs(directory: Directory) -> list[ActorRef]:
         *(directory.inbox_shard(i) for i in range(spec.inbox_shards)),
         directory.registry(),
         directory.observatory(),
+        directory.audit_log(),
     ]
 
 
@@ -110,6 +113,9 @@ class InProcessDirectory:
 
     def observatory(self) -> LocalRef:
         return self._refs["observatory"]
+
+    def audit_log(self) -> LocalRef:
+        return self._refs["audit_log"]
 
     async def close(self) -> None:
         """Drain every actor's pending work (its tables may then be opened by another owner)."""

@@ -77,13 +77,14 @@ class Memesh:
             raise Unavailable("an actor did not answer") from exc
         shards = answers[: spec.scene_shards]
         beacons = answers[spec.scene_shards : spec.scene_shards + spec.beacon_sets]
-        inboxes = answers[spec.scene_shards + spec.beacon_sets : -2]
+        registry_at = spec.scene_shards + spec.beacon_sets + spec.inbox_shards
+        inboxes = answers[spec.scene_shards + spec.beacon_sets : registry_at]
         return {
             "cells": sum(s["cells"] for s in shards),
             "scenes": sum(s["scenes"] for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),
             "inboxes": sum(i["inboxes"] for i in inboxes),
-            "agents": answers[-2]["agents"],
+            "agents": answers[registry_at]["agents"],
             "actors": len(answers),
             "embedding_engine": self.embedder.name,
         }

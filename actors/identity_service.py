@@ -17,9 +17,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
+from mesh.audit import AuditKind
 from mesh.errors import Forbidden, Unauthorized, ValidationFailed
 from mesh.identity import (
     Agent,
@@ -35,6 +37,12 @@ from mesh.identity import (
 )
 
 LIFECYCLE_ACTIONS = ("revoke", "suspend", "reinstate", "rotate")
+_ACTION_KINDS = {
+    "revoke": AuditKind.AGENT_REVOKED,
+    "suspend": AuditKind.AGENT_SUSPENDED,
+    "reinstate": AuditKind.AGENT_REINSTATED,
+    "rotate": AuditKind.AGENT_ROTATED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +117,7 @@ class IdentityService:
             "issue", self._ids.new(), tenant_id, name, parsed, frozenset(read_scope or ()), self._clock()
         )
         assert plaintext is not None
+        await self._audit(actor, AuditKind.AGENT_ISSUED, agent.id, "ok", {"tenant_id": tenant_id, "roles": sorted(roles)})
         return IssuedCredential(agent, plaintext)
 
     async def get(self, actor: Principal, agent_id: str) -> Agent:
@@ -131,7 +140,11 @@ class IdentityService:
         if action not in LIFECYCLE_ACTIONS:
             raise ValidationFailed(f"unknown action {action!r}")
         target: Agent = await self._dir.registry().call("get", agent_id)
-        check_can_mutate_agent(actor, target)
+        try:
+            check_can_mutate_agent(actor, target)
+        except Forbidden:
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action})
+            raise
         if target.bootstrap and action in ("revoke", "suspend") and target.id == actor.agent_id:
             raise Forbidden("the bootstrap admin cannot disable itself")
         self._invalidate(agent_id)
@@ -139,7 +152,18 @@ class IdentityService:
             agent, plaintext = await self._dir.registry().call("apply", agent_id, action, self._clock())
         finally:
             self._invalidate(agent_id)
+        await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         return agent, plaintext
+
+    async def _audit(self, actor: Principal, kind: AuditKind, target: str, outcome: str, detail: dict[str, Any]) -> None:
+        """The synchronous audit row of a control-plane operation: the operation fails if it cannot be written."""
+        await self._dir.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail)
+
+    async def verify_audit(self, actor: Principal) -> dict[str, Any]:
+        """Recompute the whole audit chain from storage (admins only)."""
+        require_admin(actor)
+        result: dict[str, Any] = await self._dir.audit_log().call("verify")
+        return result
 
     async def ensure_bootstrap_admin(self) -> str | None:
         """The bootstrap key's plaintext when this call created the admin, else None."""

@@ -106,6 +106,9 @@ class RayDirectory:
     def observatory(self) -> RayRef:
         return self._ref("observatory")
 
+    def audit_log(self) -> RayRef:
+        return self._ref("audit_log")
+
     async def close(self) -> None:
         refs = [r for r in all_refs(self) if isinstance(r, RayRef)]
         with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain

@@ -100,6 +100,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
         return await self._run(context, work)
 
+    async def VerifyAudit(self, request: admin_pb2.Empty, context: Any) -> admin_pb2.AuditVerifyResponse:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.AuditVerifyResponse:
+            result = await self.memesh.identity.verify_audit(p)
+            return admin_pb2.AuditVerifyResponse(ok=result["ok"], rows=result["rows"], first_bad_seq=result["first_bad_seq"] or 0)
+
+        return await self._run(context, work)
+
 
 def add_admin_service(server: grpc.aio.Server, memesh: Memesh) -> None:
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(memesh), server)

@@ -66,11 +66,18 @@ def _admin(args: argparse.Namespace) -> int:
     with grpc.insecure_channel(args.address) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         try:
-            result = _dispatch(stub, admin_pb2, args, metadata)
+            if args.group == "audit":
+                verdict = stub.VerifyAudit(admin_pb2.Empty(), metadata=metadata, timeout=args.timeout)
+                result = {"ok": verdict.ok, "rows": verdict.rows, "first_bad_seq": verdict.first_bad_seq or None}
+            else:
+                result = _dispatch(stub, admin_pb2, args, metadata)
         except grpc.RpcError as exc:
             print(f"memesh: {exc.code().name.lower()}: {exc.details()}", file=sys.stderr)
             return 1
     print(json.dumps(result, indent=None, sort_keys=True))
+    if args.group == "audit" and not result["ok"]:
+        print(f"memesh: the audit chain is broken at row {result['first_bad_seq']}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -148,6 +155,8 @@ def parser() -> argparse.ArgumentParser:
     listing.add_argument("--limit", type=int, default=50)
     for verb in ("get", "revoke", "rotate", "suspend", "reinstate"):
         agents.add_parser(verb).add_argument("agent_id")
+    audit = groups.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="verb", required=True)
+    audit.add_parser("verify", help="recompute the chain; exits 1 when a row was altered")
     admin.set_defaults(func=_admin)
     return root
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
 from actors.directory import Directory, DirectorySpec, InProcessDirectory
 from actors.embedding import Embedder, make_engine
@@ -79,6 +80,7 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     )
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))
+    plan["audit_log"] = (AuditLog, (AuditLogConfig(uri, storage.cache_mb),))
     return plan
 
 

@@ -73,3 +73,13 @@ class ListAgentsResponse(_message.Message):
 class Empty(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AuditVerifyResponse(_message.Message):
+    __slots__ = ("ok", "rows", "first_bad_seq")
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_BAD_SEQ_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    rows: int
+    first_bad_seq: int
+    def __init__(self, ok: _Optional[bool] = ..., rows: _Optional[int] = ..., first_bad_seq: _Optional[int] = ...) -> None: ...

@@ -69,6 +69,11 @@ class AdminServiceStub:
                 request_serializer=memesh__proto_dot_admin__pb2.AgentRef.SerializeToString,
                 response_deserializer=memesh__proto_dot_admin__pb2.IssuedCredential.FromString,
                 _registered_method=True)
+        self.VerifyAudit = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/VerifyAudit',
+                request_serializer=memesh__proto_dot_admin__pb2.Empty.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.AuditVerifyResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -116,6 +121,13 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyAudit(self, request, context):
+        """Recomputes the hash-chained audit log from storage.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +165,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RotateAgent,
                     request_deserializer=memesh__proto_dot_admin__pb2.AgentRef.FromString,
                     response_serializer=memesh__proto_dot_admin__pb2.IssuedCredential.SerializeToString,
+            ),
+            'VerifyAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyAudit,
+                    request_deserializer=memesh__proto_dot_admin__pb2.Empty.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.AuditVerifyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +361,33 @@ class AdminService:
             '/memesh.admin.v1.AdminService/RotateAgent',
             memesh__proto_dot_admin__pb2.AgentRef.SerializeToString,
             memesh__proto_dot_admin__pb2.IssuedCredential.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/VerifyAudit',
+            memesh__proto_dot_admin__pb2.Empty.SerializeToString,
+            memesh__proto_dot_admin__pb2.AuditVerifyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -152,3 +152,17 @@ def test_project_admin_is_confined_to_its_tenant(server: Server, tmp_path_factor
         "agents", "issue", "--tenant", "tenant-y", "--role", "Writer", "--display-name", "x", key_file=key_file, check=False
     )
     assert "permission_denied" in other.stderr
+
+
+def test_audit_verify_detects_a_tampered_row(server: Server) -> None:
+    server.issue("audited", "Writer", "one")
+    verdict = server.admin("audit", "verify")
+    report = json.loads(verdict.stdout)
+    assert report["ok"] is True and report["rows"] >= 1 and report["first_bad_seq"] is None
+    import lancedb
+
+    table = lancedb.connect(str(server.data_dir / "lance")).open_table("audit_log")
+    table.update(where=f"seq = {report['rows']}", values={"outcome": "denied"})
+    broken = server.admin("audit", "verify", check=False)
+    assert broken.returncode == 1 and "broken at row" in broken.stderr
+    assert json.loads(broken.stdout) == {"ok": False, "rows": report["rows"], "first_bad_seq": report["rows"]}
