@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from actors.clock import Clock, IdSource
-from actors.directory import Directory, beacon_set_index, inbox_index
+from actors.directory import ActorRef, Directory, beacon_set_index, inbox_index
 from actors.embedding import Embedder
 from actors.inbox_shard import PullResult
 from mesh.errors import ValidationFailed
@@ -34,7 +34,7 @@ class InboxService:
         self._clock = clock
         self.limits = limits
 
-    def _inbox(self, principal: Principal):  # type: ignore[no-untyped-def]
+    def _inbox(self, principal: Principal) -> ActorRef:
         return self._dir.inbox_shard(inbox_index(self._dir, principal.agent_id))
 
     async def place_beacon(

@@ -47,16 +47,24 @@ class InboxDelivery:
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    items_json: str  # a JSON array of SeqInboxItem, in page (score) order
-    count: int
+    items: tuple[str, ...]  # each SeqInboxItem as JSON, in page order (score, or sequence for the stream)
     cursor: int
     window_high: int
     has_more: bool
     max_seq: int  # the largest delivery_seq among the items (0 when none)
 
+    @property
+    def count(self) -> int:
+        return len(self.items)
 
-def render_items(items: list[StoredDelivery]) -> str:
-    return "[" + ",".join(f'{{"delivery_seq":{d.seq},{d.item_json}}}' for d in items) + "]"
+    @property
+    def items_json(self) -> str:
+        """The items as one JSON array (what a pull's body embeds)."""
+        return "[" + ",".join(self.items) + "]"
+
+
+def render_item(d: StoredDelivery) -> str:
+    return f'{{"delivery_seq":{d.seq},{d.item_json}}}'
 
 
 class InboxShard:
@@ -127,8 +135,7 @@ class InboxShard:
         items = sorted(page.items, key=lambda d: d.seq) if by_seq else page.items
         await self._make_durable(agent_id, page.cursor)
         return PullResult(
-            render_items(items),
-            len(items),
+            tuple(render_item(d) for d in items),
             page.cursor,
             page.window_high,
             page.has_more,

@@ -117,8 +117,8 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, principal: Principal)
             await asyncio.sleep(0.2 * failures)
             continue
         failures = 0
-        for item in json.loads(page.items_json):
-            await websocket.send_text(json.dumps(item, separators=(",", ":")))
+        for item in page.items:  # rendered once, when the walk delivered it
+            await websocket.send_text(item)
         sent = max(sent, page.window_high)
 
 

@@ -8,6 +8,7 @@ does I/O or reads a clock: times and new ids arrive as arguments.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,8 +29,6 @@ _TYPE_CODE = {t: i for i, t in enumerate(CellType)}
 
 def shard_for(key: str, shards: int) -> int:
     """The one mapping from a partition key to a shard number (stable across processes)."""
-    import hashlib
-
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % shards
 
