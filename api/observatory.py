@@ -1,0 +1,172 @@
+"""The observatory under ``/admin/api/observatory`` (snapshot and WebSocket stream).
+
+Both routes sit behind the admin session gate (``api.admin_gate``), which puts
+the operator's principal in the scope state before anything here runs. A
+ServiceAdmin sees every tenant; a ProjectAdmin only events whose
+``tenant_id`` is its own (spec rule 11, section 6).
+
+Stream protocol (``GET /admin/api/observatory/stream``, docs/observatory.md):
+- refused before the upgrade, as HTTP with the error envelope: a malformed
+  ``since`` (400), more than ``max_concurrent_streams`` streams (429);
+- server -> client, one JSON text frame each: the retained window's events
+  oldest first (received at or after ``since``), then live events as they are
+  recorded, with no gap and no duplicate between the two; ``{"resync":true}``
+  where this consumer fell behind and events were dropped;
+  ``{"error": {...}}`` before closing with 1011 when the observatory is gone;
+- client -> server: nothing is expected; frames are ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request, WebSocket
+from fastapi.responses import JSONResponse
+from starlette.requests import HTTPConnection
+from starlette.websockets import WebSocketState
+
+from actors.observatory_hub import ObservatoryHub, Resync, Subscription
+from api.errors import STATUS, envelope, memesh_error_response
+from mesh.errors import Forbidden, MemeshError, Unauthorized, ValidationFailed
+from mesh.identity import Principal
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/admin/api/observatory")
+
+DEFAULT_LIMIT = 1_000
+MAX_LIMIT = 10_000
+STREAM_WAIT_S = 15.0
+RESYNC_FRAME = '{"resync":true}'
+
+# RFC 3339 date-time: a date, "T" (or "t" / a space), a time, an optional
+# fraction, and "Z" or a numeric offset. A space before the offset is a "+"
+# that the query string decoded (an unencoded "+00:00"), read back as "+".
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+\- ]\d{2}:\d{2})", re.ASCII)
+
+
+def parse_since(value: str | None) -> float | None:
+    """``since`` as epoch seconds (None when absent); ValidationFailed unless an RFC 3339 date-time."""
+    if value is None:
+        return None
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ValidationFailed("since must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z")
+    date, clock, fraction, offset = match.groups()
+    if offset in ("Z", "z"):
+        offset = "+00:00"
+    elif offset[0] == " ":
+        offset = "+" + offset[1:]
+    try:  # finer than microseconds is truncated
+        return datetime.fromisoformat(f"{date}T{clock}{(fraction or '')[:7]}{offset}").timestamp()
+    except ValueError as exc:
+        raise ValidationFailed("since is not a valid date-time") from exc
+
+
+def _operator(connection: HTTPConnection) -> Principal:
+    """The operator the session gate resolved; 401 / 403 should the gate ever not have run."""
+    principal = connection.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):
+        raise Unauthorized("an operator session is required")
+    if not principal.is_admin:
+        raise Forbidden("the observatory is for operators")
+    return principal
+
+
+def tenant_filter(principal: Principal) -> str | None:
+    """The one tenant an operator may watch, or None for a ServiceAdmin (every tenant)."""
+    return None if principal.is_service_admin else principal.tenant_id
+
+
+def _request_operator(request: Request) -> Principal:
+    return _operator(request)
+
+
+def _hub(connection: HTTPConnection) -> ObservatoryHub:
+    hub: ObservatoryHub = connection.app.state.memesh.observatory
+    return hub
+
+
+Operator = Annotated[Principal, Depends(_request_operator)]
+
+
+@router.get("/events", include_in_schema=False)
+async def events(operator: Operator, request: Request, since: str | None = None, limit: int = DEFAULT_LIMIT) -> JSONResponse:
+    """The newest ``limit`` retained events (at most MAX_LIMIT) received at or after ``since``; newest last."""
+    if limit < 1:
+        raise ValidationFailed("limit must be at least 1")
+    found = await _hub(request).snapshot(parse_since(since), min(limit, MAX_LIMIT), tenant_filter(operator))
+    return JSONResponse(found)
+
+
+@router.websocket("/stream")
+async def stream(websocket: WebSocket) -> None:
+    hub = _hub(websocket)
+    try:
+        operator = _operator(websocket)
+        since = parse_since(websocket.query_params.get("since"))
+        subscription = await hub.subscribe(tenant_filter(operator))
+    except MemeshError as exc:
+        await websocket.send_denial_response(memesh_error_response(exc))
+        return
+    try:
+        await websocket.accept()
+        sender = asyncio.create_task(_send(websocket, hub, subscription, since))
+        receiver = asyncio.create_task(_until_disconnect(websocket))
+        done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if sender in done and not sender.cancelled():
+            failure = sender.exception()
+            if failure is not None and not isinstance(failure, MemeshError):
+                log.warning("observatory stream stopped: %r", failure)
+            await _close(websocket, failure if isinstance(failure, MemeshError) else None)
+    finally:
+        subscription.close()
+
+
+async def _send(websocket: WebSocket, hub: ObservatoryHub, subscription: Subscription, since: float | None) -> None:
+    """Replay, then live events until the hub ends the subscription (or the socket closes)."""
+    async for page in hub.replay(subscription, since):
+        for event in page:
+            await websocket.send_text(_frame(event))
+    while websocket.application_state is WebSocketState.CONNECTED:
+        items = await subscription.take(STREAM_WAIT_S)
+        for item in items:
+            await websocket.send_text(RESYNC_FRAME if isinstance(item, Resync) else _frame(item[1]))
+        if subscription.ended and not items:
+            if subscription.failure is not None:
+                raise subscription.failure
+            return
+
+
+async def _until_disconnect(websocket: WebSocket) -> None:
+    """Returns when the client goes away; whatever it sends is ignored."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return
+
+
+def _frame(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"))
+
+
+async def _close(websocket: WebSocket, error: MemeshError | None) -> None:
+    """Close after an ``{"error"}`` frame (1011 / 1008) when ``error``, else 1001 (the server is going away)."""
+    if websocket.application_state is not WebSocketState.CONNECTED:
+        return
+    with contextlib.suppress(Exception):
+        if error is None:
+            await websocket.close(code=1001)
+            return
+        await websocket.send_text(json.dumps(envelope(error.code, error.message)))
+        await websocket.close(code=1008 if STATUS[error.code][0] < 500 else 1011)
