@@ -20,8 +20,10 @@ from typing import Any
 import pyarrow as pa
 import rfc8785
 
+from actors.directory import Directory
 from actors.storage import LanceStore, LoadOnce, RowTable
 from mesh.audit import AuditKind, AuditRow, chain, verify
+from mesh.identity import Principal
 
 AUDIT_SCHEMA = pa.schema(
     [
@@ -107,3 +109,11 @@ class AuditLog:
 
     async def close(self) -> None:
         return None
+
+
+async def record(
+    directory: Directory, actor: Principal, kind: AuditKind, target: str, outcome: str, detail: dict[str, Any]
+) -> None:
+    """Write one control-plane audit row and return once it is durable; raises when it cannot be written,
+    so the operation it records fails too. ``detail`` must hold no secret."""
+    await directory.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail)

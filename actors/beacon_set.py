@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import numpy as np
@@ -32,6 +32,7 @@ from actors.codecs import (
     beacons_to_arrow,
 )
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
+from mesh.erasure import EraseCounts
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector
 from mesh.vector_index import VectorIndex
@@ -76,6 +77,7 @@ class BeaconSet:
         self._agent_table: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
         self._background: set[asyncio.Task[None]] = set()
+        self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by commit_staged
         self._stored: set[str] = set()  # beacon and agent ids with a committed row: later changes are upserts
         self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
@@ -218,6 +220,112 @@ class BeaconSet:
             log.warning("agent node commit failed", exc_info=True)
         finally:
             self._background = {t for t in self._background if not t.done()}
+
+    async def locate(self, beacon_id: str) -> str | None:
+        """The tenant of a stored beacon, or None when this set does not hold it."""
+        await self._ready()
+        beacon = self.beacons.get(beacon_id)
+        return beacon.tenant_id if beacon is not None else None
+
+    async def delete_beacon(self, beacon_id: str) -> bool:
+        """An operator's delete: the beacon stops attracting diffs; False when it already had."""
+        await self._ready()
+        beacon = self.beacons.get(beacon_id)
+        if beacon is None or beacon.removed:
+            return False
+        await self.remove(beacon.tenant_id, beacon.agent_id, beacon_id)
+        return True
+
+    async def erase(
+        self,
+        agent_id: str | None,
+        beacon_ids: list[str],
+        writers: dict[str, tuple[npt.NDArray[np.float64], int]],
+        dry_run: bool,
+    ) -> EraseCounts:
+        """Erase beacons (by id, or all of ``agent_id``'s), ``agent_id``'s agent node, and take each
+        writer's erased cells out of its agent node's running mean. Rows and old versions go too."""
+        await self._ready()
+        doomed = [b for b in self.beacons.values() if b.id in beacon_ids or (agent_id is not None and b.agent_id == agent_id)]
+        node = self.agents.get(agent_id) if agent_id is not None else None
+        adjusted = [a for a in writers if a in self.agents and a != agent_id]
+        counts = EraseCounts(nodes_removed=len(doomed) + (node is not None), aggregates_recomputed=len(adjusted))
+        if dry_run:
+            return counts
+        for beacon in doomed:
+            del self.beacons[beacon.id]
+            nodes = self._tenant(beacon.tenant_id)
+            nodes.index.erase(beacon.id)
+            nodes.expires.pop(beacon.id, None)
+            nodes.by_agent.get(beacon.agent_id, set()).discard(beacon.id)
+        if node is not None:
+            del self.agents[node.agent_id]
+            self._tenant(node.tenant_id).index.erase(node.agent_id)
+        changed = []
+        for writer in adjusted:
+            current = self.agents[writer]
+            total, count = writers[writer]
+            current.vector_sum = current.vector_sum - total
+            current.count = max(0, current.count - count)
+            if current.count == 0:
+                current.vector_sum = np.zeros(self.config.dims, dtype=np.float64)
+            self._put_agent(current)
+            changed.append(current)
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._beacon_commit.close()
+        await self._agent_commit.close()
+        assert self._beacon_table is not None and self._agent_table is not None
+        await self._beacon_table.delete_where_in("id", sorted(b.id for b in doomed))
+        if node is not None:
+            await self._agent_table.delete_where_in("id", [node.agent_id])
+        self._stored -= {b.id for b in doomed} | ({node.agent_id} if node is not None else set())
+        await self._agent_table.upsert(agent_nodes_to_arrow(changed, self.config.dims))
+        await self._beacon_table.purge()
+        await self._agent_table.purge()
+        counts.tombstones_propagated = 1
+        return counts
+
+    # ----------------------------------------------------------------- reembed
+    async def reembed_count(self) -> int:
+        await self._ready()
+        return sum(1 for b in self.beacons.values() if not b.removed)
+
+    async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        """(id, interest) of up to ``limit`` beacons in id order after ``after`` without a staged vector."""
+        await self._ready()
+        ids = sorted(
+            b.id for b in self.beacons.values() if not b.removed and (after is None or b.id > after) and b.id not in self._staged
+        )
+        return [(bid, self.beacons[bid].interest) for bid in ids[:limit]]
+
+    async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
+        await self._ready()
+        self._staged.update(vectors)
+
+    async def commit_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
+        """Switch beacons to their staged vectors and agent nodes to the means of their reembedded cells."""
+        await self._ready()
+        await self._beacon_commit.close()
+        await self._agent_commit.close()
+        beacons = [replace(b, embedding=self._staged[b.id], engine=engine) for b in self.beacons.values() if b.id in self._staged]
+        nodes = [
+            AgentNode(a.agent_id, a.tenant_id, writers[a.agent_id][0].copy(), writers[a.agent_id][1])
+            for a in self.agents.values()
+            if a.agent_id in writers
+        ]
+        assert self._beacon_table is not None and self._agent_table is not None
+        dims = self.config.dims
+        await self._beacon_table.upsert(beacons_to_arrow((b for b in beacons if b.id in self._stored), dims))
+        await self._agent_table.upsert(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._stored), dims))
+        for beacon in beacons:
+            self._put_beacon(beacon)
+        for node in nodes:
+            self._put_agent(node)
+        self._staged = {}
+
+    async def discard_staged(self) -> None:
+        self._staged = {}
 
     async def close(self) -> None:
         if self._background:

@@ -19,7 +19,9 @@ import logging
 import os
 import re
 import threading
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from itertools import pairwise
 from typing import Any, Protocol
 
@@ -114,6 +116,56 @@ def make_engine(name: str, dims: int = 384, threads: int | None = None) -> Embed
     raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, hash)")
 
 
+def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
+    """The engine whose vectors carry ``name`` (what a stored corpus records), e.g. ``hash-384``."""
+    if name == MiniLMEngine.name:
+        return MiniLMEngine(threads)
+    kind, _, dims = name.partition("-")
+    if kind == "hash" and dims.isdigit():
+        return HashEngine(int(dims))
+    raise ConfigInvalid(f"no engine makes vectors named {name!r}")
+
+
+class SwitchGate:
+    """Lets many users of the current engine in at once, and a switch of engine in alone.
+
+    ``shared()`` is held across "embed, then store or search" so a vector and
+    the engine that made it never straddle a switch; ``exclusive()`` waits for
+    the holders to leave and holds new ones back (it is preferred, so a steady
+    stream of requests cannot starve it).
+    """
+
+    def __init__(self) -> None:
+        self._holders = 0
+        self._switching = False
+        self._cond = asyncio.Condition()
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._switching)
+            self._holders += 1
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._holders -= 1
+                self._cond.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._cond:
+            await self._cond.wait_for(lambda: not self._switching)
+            self._switching = True
+            await self._cond.wait_for(lambda: self._holders == 0)
+        try:
+            yield
+        finally:
+            async with self._cond:
+                self._switching = False
+                self._cond.notify_all()
+
+
 class Embedder:
     """Embeds text off the event loop, batching concurrent requests.
 
@@ -129,6 +181,13 @@ class Embedder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._queue: list[tuple[list[str], asyncio.Future[Matrix]]] = []
         self._worker: asyncio.Task[None] | None = None
+        self.gate = SwitchGate()
+
+    def swap(self, engine: EmbeddingEngine) -> None:
+        """Serve with ``engine`` from the next batch on (call inside ``gate.exclusive()``)."""
+        if engine.dims != self.engine.dims:
+            raise ConfigInvalid(f"engine {engine.name} has {engine.dims} dimensions; this deployment uses {self.engine.dims}")
+        self.engine = engine
 
     @property
     def dims(self) -> int:

@@ -55,6 +55,10 @@ class InboxService:
                 raise ValidationFailed("expires_at needs a time zone offset")
             if expires_at <= now:
                 raise ValidationFailed("expires_at must be in the future")
+        async with self._embedder.gate.shared():  # the vector and its engine never straddle a reembed switch
+            return await self._place(principal, interest, now, expires_at)
+
+    async def _place(self, principal: Principal, interest: str, now: datetime, expires_at: datetime | None) -> Beacon:
         vector = await self._embedder.embed_one(interest)
         beacon = Beacon(
             id=self._ids.new(),

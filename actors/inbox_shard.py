@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow, deliveries_to_arrow
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
+from mesh.erasure import EraseCounts
 from mesh.inbox import AgentInbox, StoredDelivery
 
 
@@ -170,6 +171,33 @@ class InboxShard:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(signal.wait(), timeout_s)
         return inbox.committed
+
+    async def erase(self, diff_ids: list[str], agent_id: str | None, dry_run: bool) -> EraseCounts:
+        """Remove every delivery of ``diff_ids`` from every inbox here, and with ``agent_id`` that
+        agent's whole inbox and cursor; rows and older table versions included. Idempotent."""
+        await self._ready()
+        wanted = frozenset(diff_ids)
+        doomed = self._inboxes.get(agent_id) if agent_id is not None else None
+        affected = {a: inbox for a, inbox in self._inboxes.items() if inbox is not doomed and inbox.count_of(wanted)}
+        removed = (len(doomed.deliveries) if doomed is not None else 0) + sum(i.count_of(wanted) for i in affected.values())
+        if dry_run:
+            return EraseCounts(deliveries_removed=removed)
+        for inbox in affected.values():
+            inbox.remove(wanted)
+        if agent_id is not None:
+            self._inboxes.pop(agent_id, None)
+            self._durable_cursors.pop(agent_id, None)
+            self._dirty_cursors.pop(agent_id, None)
+        await self._delivery_commit.close()  # pending appends land before the delete, never after
+        await self._cursor_commit.close()
+        assert self._deliveries is not None and self._cursors is not None
+        await self._deliveries.delete_where_in("diff_id", sorted(wanted))
+        if agent_id is not None:
+            await self._deliveries.delete_where_in("agent_id", [agent_id])
+            await self._cursors.delete_where_in("id", [agent_id])
+        await self._deliveries.purge()
+        await self._cursors.purge()
+        return EraseCounts(deliveries_removed=removed, tombstones_propagated=1)
 
     async def close(self) -> None:
         await self._delivery_commit.close()

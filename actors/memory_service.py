@@ -69,6 +69,10 @@ class MemoryService:
     # --------------------------------------------------------------- writing
     async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
         """Store ``specs`` in order and return them hydrated. All or nothing on validation."""
+        async with self._embedder.gate.shared():  # vectors and their engine never straddle a reembed switch
+            return await self._write_cells(principal, specs)
+
+    async def _write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
         require_writer(principal)
         if not specs:
             raise ValidationFailed("cells must not be empty")
@@ -166,17 +170,19 @@ class MemoryService:
         self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
     ) -> list[Cell]:
         """Live cells nearest the query, by similarity alone."""
-        vector = await self._query_vector(text, embedding, k)
-        hits = await self._search(principal, vector, k, flt)
+        async with self._embedder.gate.shared():
+            vector = await self._query_vector(text, embedding, k)
+            hits = await self._search(principal, vector, k, flt)
         return [cell for cell, _ in hits]
 
     async def recall(
         self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
     ) -> list[Cell]:
         """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
-        vector = await self._query_vector(text, embedding, k)
         pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
-        hits = await self._search(principal, vector, pool, flt)
+        async with self._embedder.gate.shared():
+            vector = await self._query_vector(text, embedding, k)
+            hits = await self._search(principal, vector, pool, flt)
         now = self._clock()
         ranked = [cell for cell, _ in rerank_for_recall(hits, k, now, self._recall)]
         by_shard: dict[int, list[str]] = defaultdict(list)

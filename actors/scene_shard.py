@@ -18,10 +18,11 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from actors.clock import IdSource
@@ -35,9 +36,10 @@ from actors.codecs import (
     scenes_to_arrow,
 )
 from actors.directory import Directory
-from actors.propagation import PropagationConfig, Propagator
+from actors.propagation import PropagationConfig, Propagator, diff_id_of
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.model import Cell, Scene, Vector
+from mesh.erasure import EraseCounts, Selector
+from mesh.model import Cell, CellType, Layer, Scene, Vector
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import SceneTuning
@@ -58,6 +60,21 @@ class ShardConfig:
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
     cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardErasure:
+    """One shard's part of an erase: its counts, the diffs that must leave every inbox, and per
+    writer the vector sum and count of its erased cells (to take out of its agent node)."""
+
+    counts: EraseCounts
+    diff_ids: list[str]
+    writers: dict[str, tuple[npt.NDArray[np.float64], int]]
+
+
+def _has_diff(cell: Cell) -> bool:
+    """Every written cell starts one diff; a consolidation Pattern (L1) starts none."""
+    return not (cell.cell_type is CellType.PATTERN and cell.layer is Layer.L1)
 
 
 @dataclass(slots=True)
@@ -92,6 +109,7 @@ class SceneShard:
         self._ready_once = LoadOnce(self._load)
         self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
+        self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by commit_staged
         self._ids = IdSource()
         self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
         # Access times: a long window, so their upserts stay off the write path.
@@ -285,6 +303,131 @@ class SceneShard:
         changes.append(_Change("scene", False, outcome.scene))
         await self._commit.submit(changes)
         return outcome.scene, outcome.patterns, outcome.superseded
+
+    # --------------------------------------------------------- delete and erase
+    async def locate(self, cell_id: str) -> tuple[str, str] | None:
+        """(tenant, project) of a stored cell, or None when this shard does not hold it."""
+        partition = await self._ready()
+        cell = partition.cells.get(cell_id)
+        return (cell.tenant_id, cell.project_id) if cell is not None else None
+
+    async def delete_cell(self, cell_id: str) -> bool:
+        """Tombstone a cell and commit it; False when it already was (a no-op) or is absent."""
+        partition = await self._ready()
+        cell = partition.tombstone(cell_id)
+        if cell is None:
+            return False
+        changes = [_Change("cell", False, cell)]
+        scene = partition.scenes.get(cell.scene_id or "")
+        if scene is not None:
+            changes.append(_Change("scene", False, scene))
+        await self._commit.submit(changes)
+        return True
+
+    async def erase(self, selector: Selector, dry_run: bool) -> ShardErasure:
+        """Remove every matching cell from memory and storage (older table versions included).
+
+        Order: out of memory first (no read or walk sees them from here on),
+        then the rows, then the recomputed scenes, then a purge of old versions.
+        A dry run only counts. Idempotent: a repeated erase finds nothing.
+        """
+        partition = await self._ready()
+        cells = partition.select(selector)
+        diff_ids = [diff_id_of(c.id) for c in cells if _has_diff(c)]
+        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
+        for cell in cells:
+            if _has_diff(cell) and cell.source_agent:
+                total, count = writers.get(cell.source_agent, (np.zeros(self.config.dims, dtype=np.float64), 0))
+                writers[cell.source_agent] = (total + cell.embedding, count + 1)
+        if dry_run:
+            chosen = {c.id for c in cells}
+            scenes = {c.scene_id for c in cells if c.scene_id in partition.scenes}
+            emptied = {sid for sid in scenes if all(m in chosen for m in partition.scenes[sid or ""].members)}
+            counts = EraseCounts(
+                nodes_removed=len(cells) + len(emptied),
+                diffs_removed=len(diff_ids),
+                aggregates_recomputed=len(scenes) - len(emptied),
+            )
+            return ShardErasure(counts, diff_ids, writers)
+        if not cells:
+            return ShardErasure(EraseCounts(tombstones_propagated=1), [], {})
+        erased = {c.id for c in cells}
+        self._walk_queue = deque(c for c in self._walk_queue if c.id not in erased)
+        await self.settle(60.0)  # a walk already under way finishes before the inboxes are erased
+        outcome = partition.erase(erased)
+        assert self._cells is not None and self._scenes is not None and self._walked_table is not None
+        for committer in (self._commit, self._touch_commit, self._walked_commit):
+            await committer.close()  # nothing of these cells may be written after their delete
+        ids = sorted(erased)
+        await self._cells.delete_where_in("id", ids)
+        await self._walked_table.delete_where_in("cell_id", ids)
+        self._walked -= erased
+        self._persisted -= erased
+        if outcome.removed_scenes:
+            removed = sorted(s.id for s in outcome.removed_scenes)
+            await self._scenes.delete_where_in("id", removed)
+            self._persisted -= set(removed)
+        await self._scenes.upsert(scenes_to_arrow([s for s in outcome.recomputed if s.id in self._persisted], self.config.dims))
+        for table in (self._cells, self._scenes, self._walked_table):
+            await table.purge()
+        counts = EraseCounts(
+            nodes_removed=len(outcome.cells) + len(outcome.removed_scenes),
+            diffs_removed=len(diff_ids),
+            aggregates_recomputed=len(outcome.recomputed),
+            tombstones_propagated=1,
+        )
+        return ShardErasure(counts, diff_ids, writers)
+
+    # ----------------------------------------------------------------- reembed
+    async def reembed_count(self) -> int:
+        partition = await self._ready()
+        return len(partition.cells)
+
+    async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]:
+        """(id, content) of up to ``limit`` cells in id order after ``after`` that have no staged vector."""
+        partition = await self._ready()
+        ids = sorted(cid for cid in partition.cells if (after is None or cid > after) and cid not in self._staged)
+        return [(cid, partition.cells[cid].content) for cid in ids[:limit]]
+
+    async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
+        """Hold new vectors aside; reads keep using the current ones until ``commit_staged``."""
+        await self._ready()
+        self._staged.update(vectors)
+
+    async def commit_staged(self, engine: str) -> dict[str, tuple[npt.NDArray[np.float64], int]]:
+        """Switch every cell to its staged vector at once: rows first, then memory (scenes recomputed).
+
+        Returns, per writer, the sum and count of its cells' new vectors (their agent nodes' new means).
+        Called with writes held back; a cell without a staged vector keeps its old one.
+        """
+        partition = await self._ready()
+        for committer in (self._commit, self._touch_commit):
+            await committer.close()
+        cells = []
+        for cell in partition.cells.values():
+            vector = self._staged.get(cell.id)
+            cells.append(replace(cell, embedding=vector, engine=engine) if vector is not None else cell)
+        scenes = [replace(s, members=[], cached_centroid=None) for s in partition.scenes.values()]  # the live ones stay intact
+        rebuilt = MemoryPartition(self.config.dims, self.config.tuning)
+        rebuilt.load(scenes, cells)
+        assert self._cells is not None and self._scenes is not None
+        persisted = [c for c in cells if c.id in self._persisted]
+        for start in range(0, len(persisted), 2048):
+            await self._cells.upsert(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
+        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id in self._persisted], self.config.dims))
+        self.partition = rebuilt
+        self._staged = {}
+        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
+        for cell in cells:
+            if _has_diff(cell) and cell.source_agent:
+                total, count = writers.get(cell.source_agent, (np.zeros(self.config.dims, dtype=np.float64), 0))
+                writers[cell.source_agent] = (total + cell.embedding, count + 1)
+        for table in (self._cells, self._scenes):
+            await table.optimize_if_due(1)
+        return writers
+
+    async def discard_staged(self) -> None:
+        self._staged = {}
 
     async def _flush(self, changes: list[_Change]) -> None:
         assert self._cells is not None and self._scenes is not None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -103,6 +104,20 @@ class RowTable:
         with storage_errors(f"delete from {self.name}"):
             await self._table.delete(predicate)
         self._commits += 1
+
+    async def delete_where_in(self, column: str, values: list[str], chunk: int = 500) -> None:
+        """Delete the rows whose ``column`` is one of ``values`` (quoted; sent in chunks)."""
+        for start in range(0, len(values), chunk):
+            quoted = ",".join("'" + v.replace("'", "''") + "'" for v in values[start : start + chunk])
+            await self.delete(f"{column} IN ({quoted})")
+
+    async def purge(self) -> None:
+        """Compact and drop every older version, so deleted rows leave the files too (erasure)."""
+        with storage_errors(f"purge {self.name}"), warnings.catch_warnings():
+            # LanceDB warns that readers of older versions would fail: this actor is the table's only reader and writer.
+            warnings.filterwarnings("ignore", message="optimize.cleanup_older_than=0", category=UserWarning)
+            await self._table.optimize(cleanup_older_than=timedelta(0))
+        self._commits = 0
 
     async def optimize_if_due(self, every: int) -> bool:
         """Compact and prune old versions once ``every`` commits have accumulated."""

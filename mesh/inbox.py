@@ -93,6 +93,19 @@ class AgentInbox:
         self._seqs.append(stored.seq)
         self._ids.add(stored.delivery_id)
 
+    def count_of(self, diff_ids: frozenset[str]) -> int:
+        return sum(1 for d in self.deliveries if d.diff_id in diff_ids)
+
+    def remove(self, diff_ids: frozenset[str]) -> int:
+        """Erase every delivery of ``diff_ids``; sequences and the cursor are unchanged. Returns how many."""
+        kept = [d for d in self.deliveries if d.diff_id not in diff_ids]
+        removed = len(self.deliveries) - len(kept)
+        if removed:
+            self.deliveries = kept
+            self._seqs = [d.seq for d in kept]
+            self._ids = {d.delivery_id for d in kept}
+        return removed
+
     def commit(self, up_to: int) -> None:
         self.committed = max(self.committed, min(up_to, self.last_seq))
 

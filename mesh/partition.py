@@ -16,6 +16,7 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from mesh.erasure import Selector
 from mesh.errors import NotFound, ValidationFailed
 from mesh.model import Cell, CellType, Layer, Scene, Vector, normalize
 from mesh.query import NodeFilter
@@ -44,6 +45,15 @@ class WriteOutcome:
     cells: list[Cell] = field(default_factory=list)
     founded: list[Scene] = field(default_factory=list)
     created: list[Cell] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EraseOutcome:
+    """Cells removed, scenes whose aggregates were recomputed, and scenes left empty and removed."""
+
+    cells: list[Cell] = field(default_factory=list)
+    recomputed: list[Scene] = field(default_factory=list)
+    removed_scenes: list[Scene] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -273,6 +283,61 @@ class MemoryPartition:
             and (after is None or s.id > after)
         )
         return [self.scene(tenant_id, sid) for sid in rows[:limit]]
+
+    # --------------------------------------------------------- delete and erase
+    def select(self, selector: Selector) -> list[Cell]:
+        """Every stored cell (live, superseded or tombstoned) the selector matches, in id order."""
+        if selector.cell_ids and selector.agent_id is None and selector.project_id is None:
+            found = (self.cells.get(cid) for cid in selector.cell_ids)
+            chosen = [c for c in found if c is not None and c.tenant_id == selector.tenant_id]
+        else:
+            chosen = [c for c in self.cells.values() if selector.matches(c.tenant_id, c.id, c.project_id, c.source_agent)]
+        return sorted(chosen, key=lambda c: c.id)
+
+    def tombstone(self, cell_id: str) -> Cell | None:
+        """Tombstone a cell: out of every read and walk at once, its scene recomputed. None when it
+        already was (a second delete is a no-op) or is absent."""
+        cell = self.cells.get(cell_id)
+        if cell is None or cell.tombstone:
+            return None
+        was_live = cell.live
+        cell.tombstone = True
+        self._tenant(cell.tenant_id).index.set_live(cell.id, False)
+        scene = self.scenes.get(cell.scene_id or "")
+        if scene is not None and was_live:
+            scene.remove_vector(cell.embedding)
+            scene.live_count -= 1
+            scene.summary_dirty = True
+            self._update_centroid(scene)
+        return cell
+
+    def erase(self, cell_ids: Iterable[str]) -> EraseOutcome:
+        """Remove cells from memory entirely (vectors zeroed), recompute the scenes they were in, and
+        remove scenes left without members."""
+        outcome = EraseOutcome()
+        touched: dict[str, Scene] = {}
+        for cid in sorted(set(cell_ids)):
+            cell = self.cells.pop(cid, None)
+            if cell is None:
+                continue
+            self._tenant(cell.tenant_id).index.erase(cid)
+            scene = self.scenes.get(cell.scene_id or "")
+            if scene is not None:
+                scene.members.remove(cid)
+                touched[scene.id] = scene
+            outcome.cells.append(cell)
+        for scene in touched.values():
+            if scene.members:
+                self._recompute(scene)
+                outcome.recomputed.append(scene)
+                continue
+            del self.scenes[scene.id]
+            self._centroid_index(scene).erase(scene.id)
+            tenant_index = self._tenant_scenes.get(scene.tenant_id)
+            if tenant_index is not None:
+                tenant_index.erase(scene.id)
+            outcome.removed_scenes.append(scene)
+        return outcome
 
     # ----------------------------------------------------------- consolidation
     def consolidate(

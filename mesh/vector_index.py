@@ -68,6 +68,13 @@ class VectorIndex:
         if row is not None:
             self._live[row] = live
 
+    def erase(self, node_id: str) -> None:
+        """Zero ``node_id``'s vector and take it out of every search (its row stays, dead)."""
+        row = self._row.get(node_id)
+        if row is not None:
+            self._matrix[row] = 0.0
+            self._live[row] = False
+
     def similarity(self, node_ids: list[str], vector: Vector) -> npt.NDArray[np.float32]:
         """Cosine of ``vector`` with each of ``node_ids`` (one gather and one product)."""
         if not node_ids:

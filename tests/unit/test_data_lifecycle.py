@@ -1,0 +1,200 @@
+"""Node delete, erase with signed certificates, and reembed, in-process over real LanceDB (hash engine)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import lancedb
+import numpy as np
+import pytest
+
+from actors.directory import beacon_set_index
+from actors.embedding import HashEngine, Matrix
+from actors.erasure_signing import verify_receipt
+from actors.facade import Memesh
+from mesh.erasure import DeleteReason, EraseScope, ScopeKind, parse_scope
+from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from mesh.identity import Principal, Role
+from mesh.query import NodeFilter
+from tests.unit.conftest import ADMIN
+from tests.unit.test_propagation import agent, drain, write
+
+T1_ADMIN = Principal("00000000-0000-7000-8000-0000000000a1", "t1", frozenset({Role.PROJECT_ADMIN}))
+T2_ADMIN = Principal("00000000-0000-7000-8000-0000000000a2", "t2", frozenset({Role.PROJECT_ADMIN}))
+
+
+async def audit_kinds(core: Memesh) -> list[tuple[str, str, str]]:
+    rows = await core.directory.audit_log().call("rows", 0, 1000)
+    return [(r.kind, r.outcome, r.target) for r in rows]
+
+
+async def contents(core: Memesh, who: Principal, text: str = "deploy helm chart") -> set[str]:
+    return {c.content for c in await core.memory.query(who, text, None, 50, NodeFilter())}
+
+
+async def test_erase_removes_a_project_everywhere_and_certifies_it(core: Memesh, tmp_path: object) -> None:
+    reader, _ = await agent(core, "t1", "Reader")
+    writer, _ = await agent(core, "t1")
+    other, _ = await agent(core, "t2")
+    await core.inbox.place_beacon(reader, "deploy helm chart kubernetes")
+    await core.memory.open_session(writer, "alpha")
+    await write(core, writer, "deploy helm chart kubernetes alpha", project_id="alpha", salience=0.9)
+    await write(core, writer, "deploy helm chart kubernetes beta", project_id="beta", salience=0.9)
+    await write(core, other, "deploy helm chart kubernetes alpha in t2", project_id="alpha")
+    before = await drain(core, reader)
+    assert {i["diff"]["content"] for i in before["items"]} >= {"deploy helm chart kubernetes alpha"}
+
+    scope = parse_scope("project", "alpha", None)
+    dry = await core.data.erase(T1_ADMIN, scope, "project:alpha", dry_run=True)
+    assert dry.digest is None
+    assert dry.counts.nodes_removed == 2 and dry.counts.diffs_removed == 1  # the cell and its scene
+    assert dry.counts.deliveries_removed >= 1 and dry.counts.sessions_removed == 1
+    assert "deploy helm chart kubernetes alpha" in await contents(core, writer)  # a dry run deletes nothing
+
+    cert = await core.data.erase(T1_ADMIN, scope, "project:alpha", dry_run=False)
+    assert cert.counts.nodes_removed == dry.counts.nodes_removed
+    assert cert.counts.deliveries_removed == dry.counts.deliveries_removed
+    assert cert.counts.tombstones_propagated > 0
+    assert await contents(core, writer) == {"deploy helm chart kubernetes beta"}
+    assert await contents(core, other) == {"deploy helm chart kubernetes alpha in t2"}  # another tenant's alpha stays
+    after = await drain(core, reader, since=0)
+    assert all(i["diff"]["provenance"]["project_id"] != "alpha" for i in after["items"])
+    assert len(after["items"]) == len(before["items"]) - cert.counts.deliveries_removed
+
+    claims = verify_receipt(cert.digest or "", core.data.public_keys)
+    assert claims["label"] == "project:alpha" and claims["scope"]["tenant_id"] == "t1"
+    assert claims["counts"] == cert.counts.as_dict()
+    with pytest.raises(ValidationFailed):
+        verify_receipt((cert.digest or "")[:-4] + "AAAA", core.data.public_keys)
+    assert ("Erased", "ok", "project:alpha") in await audit_kinds(core)
+
+    # The rows are gone from storage, older table versions included.
+    uri = core.directory.scene_shard(0).target.config.storage_uri  # type: ignore[attr-defined]
+    db = lancedb.connect(uri)
+    for name in db.list_tables().tables:
+        if name.endswith("_cells"):
+            table = db.open_table(name)
+            assert all(r["project_id"] != "alpha" or r["tenant_id"] != "t1" for r in table.to_arrow().to_pylist())
+            for version in table.list_versions():
+                table.checkout(version["version"])
+                assert all(r["content"] != "deploy helm chart kubernetes alpha" for r in table.to_arrow().to_pylist())
+
+    again = await core.data.erase(T1_ADMIN, scope, "project:alpha", dry_run=False)  # idempotent
+    assert again.counts.nodes_removed == 0 and again.counts.deliveries_removed == 0
+
+
+async def test_erase_refuses_a_wrong_confirm_and_other_tenants(core: Memesh) -> None:
+    writer, _ = await agent(core, "t1")
+    cell = await write(core, writer, "keep me", project_id="alpha")
+    with pytest.raises(ValidationFailed, match="project:alpha"):
+        await core.data.erase(T1_ADMIN, parse_scope("project", "alpha", None), "alpha", dry_run=False)
+    with pytest.raises(Forbidden):
+        await core.data.erase(T2_ADMIN, parse_scope("project", "alpha", "t1"), "project:alpha", dry_run=False)
+    with pytest.raises(Forbidden):
+        await core.data.erase(T2_ADMIN, parse_scope("node", cell, None), f"node:{cell}", dry_run=True)
+    with pytest.raises(Forbidden):  # agent scope: ServiceAdmin only
+        await core.data.erase(T1_ADMIN, parse_scope("agent", writer.agent_id, None), f"agent:{writer.agent_id}", dry_run=True)
+    with pytest.raises(Forbidden):
+        await core.data.erase(writer, parse_scope("project", "alpha", None), "project:alpha", dry_run=True)
+    assert await contents(core, writer, "keep me") == {"keep me"}
+    kinds = await audit_kinds(core)
+    assert ("Denied", "denied", "project:alpha") in kinds
+    assert [k for k in kinds if k[0] == "AuthzDenied"] == [
+        ("AuthzDenied", "denied", "project:alpha"),
+        ("AuthzDenied", "denied", f"node:{cell}"),
+        ("AuthzDenied", "denied", f"agent:{writer.agent_id}"),
+    ]
+    with pytest.raises(ValidationFailed):
+        parse_scope("node", "not-a-uuid", None)
+    with pytest.raises(ValidationFailed):
+        parse_scope("planet", "x", None)
+
+
+async def test_erase_an_agent_removes_its_writes_inbox_beacons_and_sessions(core: Memesh) -> None:
+    writer, _ = await agent(core, "t1")
+    listener, _ = await agent(core, "t1")
+    await core.inbox.place_beacon(listener, "terraform state locking")
+    await core.inbox.place_beacon(writer, "terraform state locking")
+    await core.memory.open_session(writer, "infra")
+    await write(core, writer, "terraform state locking with dynamodb", project_id="infra", salience=0.9)
+    await write(core, listener, "terraform state locking broke today", project_id="infra", salience=0.9)
+    assert (await drain(core, writer))["items"]  # the writer has deliveries of its own
+    scope = EraseScope(ScopeKind.AGENT, writer.agent_id)
+    cert = await core.data.erase(ADMIN, scope, scope.label, dry_run=False)
+    assert cert.counts.nodes_removed >= 3  # its cell, its beacon, its agent node
+    assert cert.counts.sessions_removed == 1
+    assert (await drain(core, writer, since=0))["items"] == []
+    assert all(
+        i["diff"]["provenance"]["origin_agent"] != writer.agent_id for i in (await drain(core, listener, since=0))["items"]
+    )
+    assert await contents(core, listener, "terraform state locking") == {"terraform state locking broke today"}
+    beacons = core.directory.beacon_set(beacon_set_index(core.directory, writer.agent_id))
+    assert await beacons.call("list_for", "t1", writer.agent_id, datetime.now(UTC)) == []
+    assert len(await beacons.call("list_for", "t1", listener.agent_id, datetime.now(UTC))) <= 1
+
+
+async def test_node_delete_tombstones_once_and_respects_tenants(core: Memesh) -> None:
+    writer, _ = await agent(core, "t1")
+    listener, _ = await agent(core, "t1")
+    cell = await write(core, writer, "obsolete runbook step")
+    beacon = await core.inbox.place_beacon(listener, "runbook")
+    with pytest.raises(Forbidden):
+        await core.data.delete_node(T2_ADMIN, cell, DeleteReason.USER_DELETE)
+    assert await contents(core, writer, "obsolete runbook step") == {"obsolete runbook step"}
+    await core.data.delete_node(T1_ADMIN, cell, DeleteReason.RETENTION)
+    assert await contents(core, writer, "obsolete runbook step") == set()
+    await core.data.delete_node(T1_ADMIN, cell, DeleteReason.RETENTION)  # a second delete is a no-op
+    await core.data.delete_node(ADMIN, beacon.id, DeleteReason.USER_DELETE)
+    with pytest.raises(NotFound):
+        await core.data.delete_node(ADMIN, "00000000-0000-7000-8000-00000000ffff", DeleteReason.USER_DELETE)
+    kinds = await audit_kinds(core)
+    assert [k for k in kinds if k[0] == "NodeDeleted"] == [
+        ("NodeDeleted", "ok", cell),
+        ("NodeDeleted", "ok", cell),
+        ("NodeDeleted", "ok", beacon.id),
+    ]
+    assert ("AuthzDenied", "denied", cell) in kinds
+
+
+class _ShiftedHash(HashEngine):
+    """A second engine of the same width (test-only: a real second model would cost a download);
+    its vectors differ from ``hash-384``'s, so a switch is observable."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.name = "shifted-hash-384"
+
+    def encode(self, texts: list[str]) -> Matrix:
+        return super().encode([f"{t} shifted" for t in texts])
+
+
+async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Memesh]) -> None:
+    core = make_core()
+    target = _ShiftedHash()
+    core.reembed._target = lambda: target  # what compose passes: the configured engine
+    writer, _ = await agent(core, "t1")
+    for n in range(40):
+        await write(core, writer, f"fact number {n} about helm charts", project_id="p")
+    await core.inbox.place_beacon(writer, "helm charts")
+    with pytest.raises(Forbidden):
+        await core.reembed.start(T1_ADMIN)
+    job = await core.reembed.start(ADMIN)
+    assert job.status == "running"
+    with pytest.raises(Conflict):
+        await core.reembed.start(ADMIN)
+    answers = await asyncio.gather(*(contents(core, writer, "fact number 3 about helm charts") for _ in range(5)))
+    assert all("fact number 3 about helm charts" in a for a in answers)  # recall keeps answering while it runs
+    await core.reembed.wait(60)
+    done = core.reembed.job(ADMIN, job.job_id)
+    assert done.status == "succeeded" and done.nodes_processed == done.nodes_total >= 41
+    assert core.embedder.name == "shifted-hash-384"
+    (best,) = await core.memory.query(writer, "fact number 3 about helm charts", None, 1, NodeFilter())
+    assert best.content == "fact number 3 about helm charts" and best.engine == "shifted-hash-384"
+    assert np.allclose(best.embedding, target.encode([best.content])[0], atol=1e-6)
+    with pytest.raises(NotFound):
+        core.reembed.job(ADMIN, "00000000-0000-7000-8000-00000000ffff")
+    kinds = [k[0] for k in await audit_kinds(core)]
+    assert "ReembedStarted" in kinds and "ReembedFinished" in kinds
+    await core.close()
