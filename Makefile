@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The real OpenID provider of the console login tests (npm oidc-provider, pinned by its lock file).
+OIDC_STAMP := tests/oidc/node_modules/.installed
 
 .PHONY: install serve test lint typecheck unit bench clean
 
@@ -15,6 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
+$(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json
+	npm ci --prefix tests/oidc --no-audit --no-fund
+	touch $(OIDC_STAMP)
+
 serve: install
 	$(VENV)/bin/memesh serve
 
@@ -25,7 +31,7 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-test: install lint typecheck
+test: install $(OIDC_STAMP) lint typecheck
 	$(PY) -m pytest
 
 unit: install
@@ -35,4 +41,4 @@ bench: install
 	$(PY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/oidc/node_modules

@@ -16,11 +16,16 @@ from enum import StrEnum
 from typing import Any
 
 from actors.clock import Clock, IdSource, utc_now
+from actors.data_service import DataService
+from actors.descriptor_service import DescriptorService
 from actors.directory import Directory, all_refs
-from actors.embedding import Embedder
+from actors.embedding import Embedder, EmbeddingEngine
+from actors.erasure_signing import ErasureSigner
 from actors.identity_service import IdentityService
 from actors.inbox_service import InboxLimits, InboxService
 from actors.memory_service import MemoryLimits, MemoryService
+from actors.observatory_hub import ObservatoryHub, ObservatoryHubConfig
+from actors.reembed import ReembedRunner
 from mesh.errors import MemeshError, Unavailable
 from mesh.identity import Principal
 from mesh.ratelimit import BucketPolicy, TokenBuckets
@@ -48,15 +53,29 @@ class Memesh:
         inbox_limits: InboxLimits = InboxLimits(),
         clock: Clock = utc_now,
         monotonic: Callable[[], float] = time.monotonic,
+        signer: ErasureSigner | None = None,
+        reembed_target: Callable[[], EmbeddingEngine] | None = None,
+        observatory: ObservatoryHubConfig = ObservatoryHubConfig(),
     ) -> None:
+        """``signer`` signs erasure certificates; ``reembed_target`` makes the configured engine a
+        reembed moves the corpus to (default: the serving engine, re-run in place)."""
         self.directory = directory
         self.embedder = embedder
         ids = IdSource(clock)
         self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic)
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits)
+        self.observatory = ObservatoryHub(directory, observatory)
+        self.data = DataService(directory, ids, clock, signer)
+        self.descriptors = DescriptorService(directory, clock)
+        self.reembed = ReembedRunner(
+            directory, embedder, reembed_target or (lambda: embedder.engine), ids, clock, self._record_corpus_engine
+        )
         self._buckets = TokenBuckets(rate_policies)
         self._monotonic = monotonic
+
+    async def _record_corpus_engine(self, engine: str) -> None:
+        await self.directory.registry().call("set_corpus_engine", engine)
 
     async def authenticate(self, key: str | None, bucket: Bucket) -> Principal:
         """The caller's principal, charged one token of ``bucket`` (RateLimited when empty)."""
@@ -90,5 +109,7 @@ class Memesh:
         }
 
     async def close(self) -> None:
+        await self.observatory.close()
+        await self.reembed.wait(60.0)
         self.embedder.close()
         await self.directory.close()

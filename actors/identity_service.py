@@ -10,6 +10,12 @@ Guarantees:
 - Authority follows spec section 5: a ProjectAdmin is confined to its tenant
   (reads outside it are 404, mutations 403); non-admins are refused before any
   dispatch.
+- Federated subjects (the console's OIDC logins): ``principal_for_subject``
+  answers only for an *active* agent and is asked afresh on every console
+  request, so revoking or suspending the agent ends its console sessions at
+  once. Only a ServiceAdmin binds a subject to a ServiceAdmin agent. Login rows
+  (AuthSuccess / AuthFailure) hold subjects, agent ids and reasons, never a
+  code, token, cookie or client secret.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ from typing import Any
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from mesh.audit import AuditKind
-from mesh.errors import Forbidden, Unauthorized, ValidationFailed
+from mesh.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
 from mesh.identity import (
     Agent,
+    AgentStatus,
     Principal,
+    Role,
     check_can_issue,
     check_can_mutate_agent,
     check_can_read_agent,
@@ -34,6 +42,7 @@ from mesh.identity import (
     looks_like_key,
     parse_roles,
     require_admin,
+    require_service_admin,
 )
 
 LIFECYCLE_ACTIONS = ("revoke", "suspend", "reinstate", "rotate")
@@ -43,6 +52,15 @@ _ACTION_KINDS = {
     "reinstate": AuditKind.AGENT_REINSTATED,
     "rotate": AuditKind.AGENT_ROTATED,
 }
+SUBJECT_MAX = 255  # OpenID Connect Core 1.0, section 2: `sub` is at most 255 ASCII characters
+ANONYMOUS = "anonymous"  # the actor of a failed login whose subject is not known
+
+
+def check_subject(subject: str) -> str:
+    """An OIDC subject as stored: 1 to 255 printable characters (ValidationFailed otherwise)."""
+    if not subject or len(subject) > SUBJECT_MAX or not subject.isprintable():
+        raise ValidationFailed(f"an OIDC subject is 1 to {SUBJECT_MAX} printable characters")
+    return subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,20 +122,33 @@ class IdentityService:
         roles: list[str],
         read_scope: list[str] | None = None,
         credential_kind: str = "api_key_hash",
+        oidc_subject: str | None = None,
     ) -> IssuedCredential:
+        """A new agent and its key (returned once). With ``oidc_subject``, that subject then
+        logs in to the console as the agent (a SubjectBound row follows the AgentIssued row)."""
         require_admin(actor)
         if credential_kind != "api_key_hash":
             raise ValidationFailed("credential_kind must be api_key_hash")
+        subject = check_subject(oidc_subject) if oidc_subject is not None else None
         if not tenant_id or len(tenant_id) > 128 or not tenant_id.isprintable():
             raise ValidationFailed("tenant_id must be 1 to 128 printable characters")
         parsed = parse_roles(roles)
         name = check_display_name(display_name)
-        check_can_issue(actor, tenant_id, parsed)
+        try:
+            check_can_issue(actor, tenant_id, parsed)
+        except Forbidden:
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, tenant_id, "denied", {"action": "issue", "roles": sorted(roles)})
+            raise
+        if subject is not None:
+            await self._check_subject_free(subject)  # before issuing: a refused bind must not leave an agent behind
         agent, plaintext = await self._dir.registry().call(
             "issue", self._ids.new(), tenant_id, name, parsed, frozenset(read_scope or ()), self._clock()
         )
         assert plaintext is not None
         await self._audit(actor, AuditKind.AGENT_ISSUED, agent.id, "ok", {"tenant_id": tenant_id, "roles": sorted(roles)})
+        if subject is not None:
+            await self._dir.registry().call("bind_subject", subject, agent.id, self._clock())
+            await self._audit(actor, AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject})
         return IssuedCredential(agent, plaintext)
 
     async def get(self, actor: Principal, agent_id: str) -> Agent:
@@ -155,9 +186,89 @@ class IdentityService:
         await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         return agent, plaintext
 
+    # ------------------------------------------------------- federated subjects
+    async def _check_subject_free(self, subject: str) -> None:
+        holder: Agent | None = await self._dir.registry().call("resolve_subject", subject)
+        if holder is not None and holder.status is not AgentStatus.REVOKED:
+            raise Conflict("the subject is already bound to another agent")
+
+    async def bind_subject(self, actor: Principal, subject: str, agent_id: str) -> Agent:
+        """Let ``subject`` log in to the console as ``agent_id``; idempotent, audited (SubjectBound).
+
+        Tenant rules as for the lifecycle: a ProjectAdmin binds only in its own
+        tenant (403 and an AuthzDenied row otherwise) and never to a ServiceAdmin
+        agent. A subject bound to another agent that is not revoked is not moved
+        (Conflict).
+        """
+        require_admin(actor)
+        subject = check_subject(subject)
+        target: Agent = await self._dir.registry().call("get", agent_id)
+        try:
+            check_can_mutate_agent(actor, target)
+            if Role.SERVICE_ADMIN in target.roles:
+                require_service_admin(actor)
+        except Forbidden:
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": "bind_subject"})
+            raise
+        agent: Agent = await self._dir.registry().call("bind_subject", subject, agent_id, self._clock())
+        await self._audit(actor, AuditKind.SUBJECT_BOUND, agent_id, "ok", {"subject": subject})
+        return agent
+
+    async def principal_for_subject(self, subject: str) -> Principal | None:
+        """The principal ``subject`` logs in as, only while its agent is active; None otherwise.
+
+        Never cached: each console request asks the registry, so a revoke or
+        suspend takes effect on the very next request.
+        """
+        try:
+            subject = check_subject(subject)
+        except ValidationFailed:
+            return None
+        agent: Agent | None = await self._dir.registry().call("resolve_subject", subject)
+        if agent is None or agent.status is not AgentStatus.ACTIVE:
+            return None
+        return agent.principal()
+
+    async def record_login(
+        self, subject: str | None, outcome: str, detail: dict[str, Any], principal: Principal | None = None
+    ) -> None:
+        """The audit row of one console login: AuthSuccess when ``outcome`` is "ok" (``principal``
+        required: the agent logged in as), else an AuthFailure row (outcome "denied") with the unresolved subject
+        (or "anonymous" when none is known) as the actor. ``detail`` holds reasons and ids only,
+        never a code, token or secret. Durable before this returns; raises if it cannot be written.
+        """
+        target = subject or ANONYMOUS
+        facts = {"method": "oidc", **detail}
+        if outcome == "ok":
+            if principal is None:
+                raise ValueError("a successful login needs the principal it resolved to")
+            await self._audit(principal, AuditKind.AUTH_SUCCESS, target, "ok", facts)
+            return
+        await self._dir.audit_log().call("append", AuditKind.AUTH_FAILURE.value, target, "", target, "denied", facts)
+
+    async def ensure_bootstrap_subject(self, subject: str) -> bool:
+        """Bind ``admin.bootstrap_oidc_subject`` to a ServiceAdmin at start-up; True when this call created it.
+
+        Idempotent across restarts: a subject already bound is left alone (and
+        writes no row); a new binding writes one SubjectBound row.
+        """
+        subject = check_subject(subject)
+        agent, created = await self._dir.registry().call("ensure_bootstrap_subject", subject, self._ids.new(), self._clock())
+        if created:
+            await self._audit(agent.principal(), AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject, "bootstrap": True})
+        return bool(created)
+
     async def _audit(self, actor: Principal, kind: AuditKind, target: str, outcome: str, detail: dict[str, Any]) -> None:
         """The synchronous audit row of a control-plane operation: the operation fails if it cannot be written."""
         await self._dir.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail)
+
+    async def refuse_non_admin(self, actor: Principal, surface: str, target: str) -> None:
+        """The coarse role gate of the admin surfaces: a non-admin is refused before any dispatch,
+        and the refusal leaves an ``AuthzDenied`` row. Raises Forbidden (after the row is durable)."""
+        if actor.is_admin:
+            return
+        await self._audit(actor, AuditKind.AUTHZ_DENIED, target, "denied", {"action": surface, "reason": "role"})
+        require_admin(actor)
 
     async def verify_audit(self, actor: Principal) -> dict[str, Any]:
         """Recompute the whole audit chain from storage (admins only)."""

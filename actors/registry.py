@@ -1,8 +1,9 @@
 """Registry: owns agents, their credentials, and sessions.
 
 Guarantees:
-- Single writer of ``registry_agents`` and ``registry_sessions``; every
-  mutation answers only after its row is committed.
+- Single writer of ``registry_agents``, ``registry_sessions`` and
+  ``registry_subjects`` (OIDC subject -> agent id); every mutation answers
+  only after its row is committed.
 - Keys are generated here (256 random bits) and only their hash is kept; a
   plaintext leaves this actor once, in the answer to issue or rotate.
 - ``ensure_bootstrap_admin`` creates the bootstrap ServiceAdmin at most once
@@ -17,17 +18,41 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
 from actors.codecs import AGENT_SCHEMA, SESSION_SCHEMA, agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.errors import ConfigInvalid, NotFound
+from mesh.errors import ConfigInvalid, Conflict, NotFound
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
 from mesh.model import Session
 
+DESCRIPTOR_SCHEMA = pa.schema(
+    [pa.field("agent_id", pa.string(), nullable=False), pa.field("descriptor", pa.string(), nullable=False)]
+)
 MANIFEST_SCHEMA = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string(), nullable=False)])
+SUBJECT_SCHEMA = pa.schema(
+    [
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("agent_id", pa.string(), nullable=False),
+        pa.field("bound_at", pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectBinding:
+    """A federated identity: the OIDC ``subject`` logs in to the console as ``agent_id``."""
+
+    subject: str
+    agent_id: str
+    bound_at: datetime
+
+
+def _subjects_to_arrow(bindings: list[SubjectBinding]) -> pa.Table:
+    rows = [{"subject": b.subject, "agent_id": b.agent_id, "bound_at": b.bound_at} for b in bindings]
+    return pa.Table.from_pylist(rows, schema=SUBJECT_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +72,17 @@ class Registry:
         self._agent_table: RowTable | None = None
         self._session_table: RowTable | None = None
         self._manifest_table: RowTable | None = None
+        self._descriptor_table: RowTable | None = None
+        self._descriptors: dict[str, str] = {}  # agent id -> descriptor JSON (inert metadata, never used for auth)
         self._stored_agents: set[str] = set()  # ids with a committed row: later changes are upserts
         self._stored_sessions: set[str] = set()
         self._ready_once = LoadOnce(self._load)
         self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, config.commit_window_s, 256)
         self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, config.commit_window_s, 256)
+        self._subjects: dict[str, SubjectBinding] = {}  # federated subjects (see that section)
+        self._subject_table: RowTable | None = None
+        self._stored_subjects: set[str] = set()
+        self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, config.commit_window_s, 256)
 
     async def _ready(self) -> None:
         await self._ready_once()
@@ -61,6 +92,8 @@ class Registry:
         self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
         self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
         self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
+        await self._load_subjects(store)
+        await self._load_descriptors(store)
         for agent in agents_from_arrow(await self._agent_table.read_all()):
             self._put(agent)
         for session in sessions_from_arrow(await self._session_table.read_all()):
@@ -78,12 +111,16 @@ class Registry:
     async def close(self) -> None:
         await self._agent_commit.close()
         await self._session_commit.close()
+        await self._subject_commit.close()
 
-    async def claim_deployment(self, wanted: dict[str, str | int]) -> None:
+    async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None:
         """Record the deployment's shape with the data on first start; refuse a different one later.
 
         Kept in the storage every node reaches (not on one head's disk), so a
-        head started elsewhere with another shard count or engine is refused.
+        head started elsewhere with another shard count or width is refused.
+        The embedding engine may differ at equal ``dims``: the answer is then
+        the engine the stored corpus was made with (serve with it, and reembed
+        to move to the configured one); None when they agree.
         """
         await self._ready()
         assert self._manifest_table is not None
@@ -91,10 +128,24 @@ class Registry:
         if not stored:
             rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(wanted.items())]
             await self._manifest_table.append(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA))
-            return
+            return None
+        engine = stored.get("embedding_engine")
+        if "dims" in stored and wanted.get("dims") != stored["dims"]:
+            raise ConfigInvalid(
+                f"embedding_engine {wanted.get('embedding_engine')!r} makes {wanted.get('dims')} dims "
+                f"but this data was written with {engine!r} ({stored['dims']} dims)"
+            )
         for key, value in wanted.items():
-            if key in stored and stored[key] != value:
+            if key != "embedding_engine" and key in stored and stored[key] != value:
                 raise ConfigInvalid(f"{key} is {value!r} but this data was written with {stored[key]!r}")
+        return None if engine in (None, wanted.get("embedding_engine")) else str(engine)
+
+    async def set_corpus_engine(self, engine: str) -> None:
+        """Record that every stored vector is now made by ``engine`` (a reembed's switch)."""
+        await self._ready()
+        assert self._manifest_table is not None
+        row = pa.Table.from_pylist([{"key": "embedding_engine", "value": json.dumps(engine)}], schema=MANIFEST_SCHEMA)
+        await self._manifest_table.upsert(row, key="key")
 
     async def health(self) -> dict[str, int]:
         await self._ready()
@@ -190,6 +241,77 @@ class Registry:
         await self._agent_commit.submit([updated])
         return updated
 
+    # ------------------------------------------------------- federated subjects
+    # OIDC subject -> agent id, for the operator console's login (docs/console.md).
+    # A subject names at most one agent; an agent may have several subjects.
+    async def _load_subjects(self, store: LanceStore) -> None:
+        self._subject_table = await store.table("registry_subjects", SUBJECT_SCHEMA)
+        for row in (await self._subject_table.read_all()).to_pylist():
+            at: datetime = row["bound_at"]
+            at = at if at.tzinfo else at.replace(tzinfo=UTC)
+            self._subjects[row["subject"]] = SubjectBinding(row["subject"], row["agent_id"], at)
+        self._stored_subjects = set(self._subjects)
+
+    async def bind_subject(self, subject: str, agent_id: str, now: datetime) -> Agent:
+        """Bind ``subject`` to ``agent_id``; answers once the binding is committed.
+
+        Idempotent: binding the same pair again changes nothing. A subject bound to
+        another agent that is not revoked is not moved (Conflict); one whose agent
+        was revoked may be bound afresh. NotFound when ``agent_id`` is unknown.
+        """
+        agent = await self.get(agent_id)
+        current = self._subjects.get(subject)
+        if current is not None and current.agent_id == agent_id:
+            return agent
+        if current is not None:
+            holder = self._agents.get(current.agent_id)
+            if holder is not None and holder.status is not AgentStatus.REVOKED:
+                raise Conflict("the subject is already bound to another agent")
+        self._subjects[subject] = SubjectBinding(subject, agent_id, now)
+        try:
+            await self._subject_commit.submit([self._subjects[subject]])
+        except BaseException:
+            if current is None:
+                self._subjects.pop(subject, None)
+            else:
+                self._subjects[subject] = current
+            raise
+        return agent
+
+    async def resolve_subject(self, subject: str) -> Agent | None:
+        """The agent ``subject`` is bound to, whatever its status; None when unbound."""
+        await self._ready()
+        binding = self._subjects.get(subject)
+        return self._agents.get(binding.agent_id) if binding is not None else None
+
+    async def ensure_bootstrap_subject(self, subject: str, agent_id: str, now: datetime) -> tuple[Agent, bool]:
+        """The agent the bootstrap operator's subject logs in as, and whether this call created it.
+
+        An unbound subject gets a new ServiceAdmin in the system tenant (its API key
+        is discarded: a console-only identity). A bound subject is left as it is,
+        whatever its agent's status, so a restart creates nothing and never undoes
+        a revocation. A retry with the same ``agent_id`` makes no second agent.
+        """
+        await self._ready()
+        current = self._subjects.get(subject)
+        if current is not None:
+            return await self.get(current.agent_id), False
+        agent, _ = await self.issue(
+            agent_id, SYSTEM_TENANT, "bootstrap-operator", frozenset({Role.SERVICE_ADMIN}), frozenset(), now
+        )
+        await self.bind_subject(subject, agent.id, now)
+        return agent, True
+
+    async def _flush_subjects(self, bindings: list[SubjectBinding]) -> None:
+        assert self._subject_table is not None
+        latest = {b.subject: b for b in bindings}
+        new = [b for s, b in latest.items() if s not in self._stored_subjects]
+        changed = [b for s, b in latest.items() if s in self._stored_subjects]
+        await self._subject_table.append(_subjects_to_arrow(new))
+        await self._subject_table.upsert(_subjects_to_arrow(changed), key="subject")
+        self._stored_subjects.update(latest)
+        await self._subject_table.optimize_if_due(self.config.optimize_every)
+
     # ------------------------------------------------------------------ sessions
     async def open_session(self, session: Session) -> Session:
         await self._ready()
@@ -215,6 +337,47 @@ class Registry:
         self._sessions[session_id] = closed
         await self._session_commit.submit([closed])
         return closed
+
+    # -------------------------------------------------------------- descriptors
+    async def _load_descriptors(self, store: LanceStore) -> None:
+        self._descriptor_table = await store.table("registry_descriptors", DESCRIPTOR_SCHEMA)
+        for row in (await self._descriptor_table.read_all()).to_pylist():
+            self._descriptors[row["agent_id"]] = row["descriptor"]
+
+    async def get_descriptor(self, agent_id: str) -> str | None:
+        """The stored descriptor (canonical JSON text) of ``agent_id``; None when it has none."""
+        await self.get(agent_id)
+        return self._descriptors.get(agent_id)
+
+    async def put_descriptor(self, agent_id: str, descriptor_json: str) -> None:
+        """Set or replace ``agent_id``'s descriptor; answers once the row is committed."""
+        await self.get(agent_id)
+        assert self._descriptor_table is not None
+        row = pa.Table.from_pylist([{"agent_id": agent_id, "descriptor": descriptor_json}], schema=DESCRIPTOR_SCHEMA)
+        await self._descriptor_table.upsert(row, key="agent_id")
+        self._descriptors[agent_id] = descriptor_json
+
+    # ----------------------------------------------------------- data lifecycle
+    async def erase_sessions(self, tenant_id: str, project_id: str | None, agent_id: str | None, dry_run: bool) -> int:
+        """Erase the sessions of a project, or of an agent, in ``tenant_id`` (rows and old versions)."""
+        await self._ready()
+        doomed = sorted(
+            s.id
+            for s in self._sessions.values()
+            if s.tenant_id == tenant_id
+            and (project_id is None or s.project_id == project_id)
+            and (agent_id is None or s.agent_id == agent_id)
+        )
+        if dry_run or not doomed:
+            return len(doomed)
+        for session_id in doomed:
+            del self._sessions[session_id]
+        await self._session_commit.close()
+        assert self._session_table is not None
+        await self._session_table.delete_where_in("id", doomed)
+        self._stored_sessions -= set(doomed)
+        await self._session_table.purge()
+        return len(doomed)
 
     async def _flush_agents(self, agents: list[Agent]) -> None:
         """New agents are appended; changed ones upserted (a merge over the whole table costs far more)."""

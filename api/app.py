@@ -8,17 +8,26 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
 from actors.facade import Memesh
+from api.admin import ConsoleConfig, mount_admin
+from api.admin_api import public_router as published_keys_router
 from api.errors import error_response, install_error_handlers
 from api.gate import V1Gate
 from api.inbox import router as inbox_router
+from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
 from api.schemas import HealthOut
 from api.v1 import router as memory_router
 from mesh.errors import ErrorCode, MemeshError
 
 
-def create_app(memesh: Memesh, max_body_bytes: int = 4 * 1024 * 1024, request_timeout_s: float = 30.0) -> FastAPI:
-    """An app serving ``memesh``. Its lifespan is the caller's (``cluster.serve``)."""
+def create_app(
+    memesh: Memesh,
+    max_body_bytes: int = 4 * 1024 * 1024,
+    request_timeout_s: float = 30.0,
+    console: ConsoleConfig | None = None,
+) -> FastAPI:
+    """An app serving ``memesh``; with ``console``, also the control plane (``/admin``, the
+    console login and its session gate). Its lifespan is the caller's (``cluster.serve``)."""
     app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None)
     app.state.memesh = memesh
     install_error_handlers(app)
@@ -41,5 +50,9 @@ def create_app(memesh: Memesh, max_body_bytes: int = 4 * 1024 * 1024, request_ti
             return error_response(503, ErrorCode.UNAVAILABLE, exc.message)
         return HealthOut(status="ok", version=API_VERSION, detail=detail)
 
+    app.include_router(published_keys_router)  # the erasure-receipt public keys, for anyone to verify with
+    install_metrics(app, memesh)  # always on, unauthenticated: aggregate counts only
+    if console is not None:
+        mount_admin(app, memesh, console, max_body_bytes, request_timeout_s)
     app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
     return app

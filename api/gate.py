@@ -9,30 +9,22 @@
 4. A request still running after ``timeout_s`` gets 504 ``timeout``.
 
 Unauthenticated paths: ``/healthz`` and ``/openapi.json`` (not under /v1).
+The console's ``/admin/api`` gate (``api.admin_gate``) shares steps 2 and 4
+through :mod:`api.gate_common`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.facade import Memesh
-from api.errors import error_response, memesh_error_response
-from mesh.errors import ErrorCode, MemeshError
+from api.errors import memesh_error_response
+from api.gate_common import body_refusal, header_map, run_guarded
+from mesh.errors import MemeshError
 
 KEY_HEADER = "x-service-key"
-_BODY_METHODS = {"POST", "PUT", "PATCH"}
-
-
-def _is_json(content_type: str) -> bool:
-    media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
-
-
-class _BodyTooLarge(Exception):
-    """Raised from ``receive`` once a body (chunked or not) passes the cap."""
 
 
 class V1Gate:
@@ -46,49 +38,18 @@ class V1Gate:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = header_map(scope)
         try:
             principal = await self.memesh.identity.authenticate(headers.get(KEY_HEADER))
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return
-        if scope["method"] in _BODY_METHODS:
-            length = int(headers.get("content-length", "0") or 0) if headers.get("content-length", "0").isdigit() else -1
-            has_body = length != 0 or "transfer-encoding" in headers
-            if has_body and not _is_json(headers.get("content-type", "")):
-                await error_response(415, ErrorCode.VALIDATION, "send the body as application/json")(scope, receive, send)
-                return
-            if length > self.max_body_bytes:
-                await error_response(400, ErrorCode.VALIDATION, f"body exceeds {self.max_body_bytes} bytes")(scope, receive, send)
-                return
+        refusal = body_refusal(scope, headers, self.max_body_bytes)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
         scope.setdefault("state", {})["principal"] = principal
-        started = False
-        received = 0
-
-        async def receive_capped() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise _BodyTooLarge
-            return message
-
-        async def send_tracking(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                await self.app(scope, receive_capped, send_tracking)
-        except TimeoutError:
-            if not started:
-                await error_response(504, ErrorCode.TIMEOUT, "the request took too long")(scope, receive, send)
-        except _BodyTooLarge:
-            if not started:
-                await error_response(400, ErrorCode.VALIDATION, f"body exceeds {self.max_body_bytes} bytes")(scope, receive, send)
+        await run_guarded(self.app, scope, receive, send, self.max_body_bytes, self.timeout_s)
 
 
 def principal_of(scope_state: dict[str, Any]) -> Any:

@@ -12,8 +12,10 @@ from typing import Any, TypeVar
 import grpc
 
 from actors.facade import Bucket, Memesh
+from api.admin_schemas import rfc3339
 from api.errors import grpc_status
 from memesh_proto import admin_pb2, admin_pb2_grpc
+from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Agent, Principal
 
@@ -28,8 +30,8 @@ def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
         roles=sorted(r.value for r in agent.roles),
         status=agent.status.value,
         read_scope=sorted(agent.read_scope),
-        created_at=agent.created_at.isoformat().replace("+00:00", "Z"),
-        updated_at=agent.updated_at.isoformat().replace("+00:00", "Z"),
+        created_at=rfc3339(agent.created_at),
+        updated_at=rfc3339(agent.updated_at),
     )
 
 
@@ -41,6 +43,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         try:
             key = dict(context.invocation_metadata() or ()).get("x-service-key")
             principal = await self.memesh.authenticate(key if isinstance(key, str) else None, Bucket.ADMIN)
+            await self.memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
             return await work(principal)
         except MemeshError as exc:
             await context.abort(grpc_status(exc), f"{exc.code}: {exc.message}")
@@ -55,6 +58,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
                 list(request.roles),
                 list(request.read_scope),
                 request.credential_kind or "api_key_hash",
+                oidc_subject=request.oidc_subject or None,
             )
             return admin_pb2.IssuedCredential(agent_id=issued.agent.id, plaintext_secret=issued.plaintext_secret)
 
@@ -104,6 +108,43 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         async def work(p: Principal) -> admin_pb2.AuditVerifyResponse:
             result = await self.memesh.identity.verify_audit(p)
             return admin_pb2.AuditVerifyResponse(ok=result["ok"], rows=result["rows"], first_bad_seq=result["first_bad_seq"] or 0)
+
+        return await self._run(context, work)
+
+    async def DeleteNode(self, request: admin_pb2.DeleteNodeRequest, context: Any) -> admin_pb2.Empty:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.Empty:
+            scope = parse_scope("node", request.node_id, None)
+            await self.memesh.data.delete_node(p, scope.id, parse_reason(request.reason or None))
+            return admin_pb2.Empty()
+
+        return await self._run(context, work)
+
+    async def Erase(self, request: admin_pb2.EraseRequest, context: Any) -> admin_pb2.ErasureCertificate:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.ErasureCertificate:
+            scope = parse_scope(request.scope_kind, request.scope_id, request.scope_tenant_id or None)
+            certificate = await self.memesh.data.erase(p, scope, request.confirm, request.dry_run)
+            return admin_pb2.ErasureCertificate(**certificate.counts.as_dict(), digest=certificate.digest or "")
+
+        return await self._run(context, work)
+
+    async def StartReembed(self, request: admin_pb2.Empty, context: Any) -> admin_pb2.JobRef:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.JobRef:
+            return admin_pb2.JobRef(job_id=(await self.memesh.reembed.start(p)).job_id)
+
+        return await self._run(context, work)
+
+    async def GetJob(self, request: admin_pb2.JobRef, context: Any) -> admin_pb2.Job:  # noqa: N802
+        async def work(p: Principal) -> admin_pb2.Job:
+            job = self.memesh.reembed.job(p, request.job_id)
+            return admin_pb2.Job(
+                job_id=job.job_id,
+                status=job.status,
+                nodes_processed=job.nodes_processed,
+                nodes_total=job.nodes_total,
+                engine=job.engine,
+                started_at=rfc3339(job.started_at),
+                finished_at=rfc3339(job.finished_at) if job.finished_at else "",
+            )
 
         return await self._run(context, work)
 

@@ -6,14 +6,13 @@ rate-limit bucket through its ``Principal`` dependency.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 
 from actors.facade import Bucket, Memesh
+from api.cursors import decode_cursor, encode_cursor
 from api.schemas import (
     ERROR_RESPONSES,
     CellBatchIn,
@@ -27,7 +26,6 @@ from api.schemas import (
     SessionIn,
     SessionOut,
 )
-from mesh.errors import ValidationFailed
 from mesh.identity import Principal
 from mesh.model import NewCell
 from mesh.query import NodeFilter
@@ -124,8 +122,8 @@ async def list_scenes(
     cursor: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1)] = 50,
 ) -> SceneListOut:
-    scenes, more = await core.memory.list_scenes(principal, project_id, _decode_cursor(cursor), limit)
-    next_cursor = _encode_cursor(scenes[-1].id) if more and scenes else None
+    scenes, more = await core.memory.list_scenes(principal, project_id, decode_cursor(cursor), limit)
+    next_cursor = encode_cursor(scenes[-1].id) if more and scenes else None
     return SceneListOut(scenes=[SceneOut.of(s) for s in scenes], next_cursor=next_cursor)
 
 
@@ -148,18 +146,3 @@ async def consolidate(scene_id: UUID, principal: Writer, core: Core) -> Consolid
         cells_superseded=report.superseded,
         scene=SceneOut.of(report.scene),
     )
-
-
-def _encode_cursor(last_id: str) -> str:
-    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str | None) -> str | None:
-    if cursor is None:
-        return None
-    try:
-        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        UUID(value)
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValidationFailed("cursor is not one this service issued") from None
-    return value

@@ -95,6 +95,44 @@ def _record(agent: Any) -> dict[str, Any]:
 
 
 def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
+    if args.group == "agents":
+        return _agents(stub, pb, args, metadata)
+    return _data(stub, pb, args, metadata)
+
+
+def _data(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
+    """nodes delete, erase, reembed start|job. The confirm label is the operator's to type, never derived."""
+    call = {"metadata": metadata, "timeout": args.timeout}
+    if args.group == "nodes":
+        stub.DeleteNode(pb.DeleteNodeRequest(node_id=args.node_id, reason=args.reason or ""), **call)
+        return {"node_id": args.node_id, "ok": True}
+    if args.group == "erase":
+        request = pb.EraseRequest(
+            scope_kind=args.kind,
+            scope_id=args.id,
+            scope_tenant_id=args.tenant or "",
+            confirm=args.confirm,
+            dry_run=args.dry_run,
+        )
+        cert = stub.Erase(request, **call)
+        fields = ("nodes_removed", "diffs_removed", "deliveries_removed", "sessions_removed", "aggregates_recomputed")
+        result = {name: getattr(cert, name) for name in (*fields, "tombstones_propagated")}
+        return {**result, "digest": cert.digest or None}
+    if args.verb == "start":
+        return {"job_id": stub.StartReembed(pb.Empty(), **call).job_id}
+    job = stub.GetJob(pb.JobRef(job_id=args.job_id), **call)
+    return {
+        "job_id": job.job_id,
+        "status": job.status,
+        "nodes_processed": job.nodes_processed,
+        "nodes_total": job.nodes_total,
+        "engine": job.engine,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at or None,
+    }
+
+
+def _agents(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
     timeout = args.timeout
     verb = args.verb
     if verb == "issue":
@@ -105,6 +143,7 @@ def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> An
                 roles=args.role,
                 read_scope=args.read_scope or [],
                 credential_kind="api_key_hash",
+                oidc_subject=args.oidc_subject or "",
             ),
             metadata=metadata,
             timeout=timeout,
@@ -150,6 +189,7 @@ def parser() -> argparse.ArgumentParser:
     issue.add_argument("--role", action="append", required=True, choices=["ServiceAdmin", "ProjectAdmin", "Writer", "Reader"])
     issue.add_argument("--display-name", required=True)
     issue.add_argument("--read-scope", action="append", help="a readable project (repeat); none = the whole tenant")
+    issue.add_argument("--oidc-subject", help="bind this OIDC subject: its owner logs in to the /admin console as the agent")
     listing = agents.add_parser("list", help="one page of agents")
     listing.add_argument("--cursor")
     listing.add_argument("--limit", type=int, default=50)
@@ -157,6 +197,20 @@ def parser() -> argparse.ArgumentParser:
         agents.add_parser(verb).add_argument("agent_id")
     audit = groups.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="verb", required=True)
     audit.add_parser("verify", help="recompute the chain; exits 1 when a row was altered")
+    nodes = groups.add_parser("nodes", help="knowledge nodes").add_subparsers(dest="verb", required=True)
+    delete = nodes.add_parser("delete", help="tombstone a cell or remove a beacon")
+    delete.add_argument("node_id")
+    delete.add_argument("--reason", choices=["user_delete", "retention", "superseded"], default="user_delete")
+    erase = groups.add_parser("erase", help="erase a node, a project or an agent's data everywhere, with a certificate")
+    erase.add_argument("--kind", required=True, choices=["node", "project", "agent"])
+    erase.add_argument("--id", required=True)
+    erase.add_argument("--tenant", help="a project scope's tenant (default: your own)")
+    erase.add_argument("--confirm", required=True, help="type the scope's label <kind>:<id> yourself; it is never derived")
+    erase.add_argument("--dry-run", action="store_true", help="count what would be removed; remove nothing")
+    reembed = groups.add_parser("reembed", help="re-embed the corpus with the configured engine")
+    reembed_verbs = reembed.add_subparsers(dest="verb", required=True)
+    reembed_verbs.add_parser("start", help="start the one service-wide job")
+    reembed_verbs.add_parser("job", help="a job's state").add_argument("job_id")
     admin.set_defaults(func=_admin)
     return root
 

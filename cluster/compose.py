@@ -16,12 +16,14 @@ from typing import Any
 from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
 from actors.directory import Directory, DirectorySpec, InProcessDirectory
-from actors.embedding import Embedder, make_engine
+from actors.embedding import Embedder, EmbeddingEngine, engine_named, make_engine
+from actors.erasure_signing import ErasureSigner
 from actors.facade import Bucket, Memesh
 from actors.inbox_service import InboxLimits
 from actors.inbox_shard import InboxShard, InboxShardConfig
 from actors.memory_service import MemoryLimits
 from actors.observatory import Observatory, ObservatoryConfig
+from actors.observatory_hub import ObservatoryHubConfig
 from actors.propagation import PropagationConfig
 from actors.registry import Registry, RegistryConfig
 from actors.scene_shard import SceneShard, ShardConfig
@@ -108,6 +110,11 @@ def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
 def build_memesh(settings: Settings) -> Memesh:
     engine = make_engine(settings.embedding.engine, settings.embedding.dims, settings.embedding.threads)
     settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
+
+    def reembed_target() -> EmbeddingEngine:
+        """The configured engine (it serves too unless the stored corpus was made by another)."""
+        return engine
+
     directory = build_directory(settings, engine.dims)
     limits = settings.limits
     return Memesh(
@@ -124,12 +131,19 @@ def build_memesh(settings: Settings) -> Memesh:
         ),
         principal_cache_ttl_s=settings.admin.principal_cache_ttl_s,
         inbox_limits=InboxLimits(max_batch=settings.pull.max_batch, max_interest_chars=limits.max_text_chars),
+        observatory=ObservatoryHubConfig(
+            channel_capacity=settings.observatory.stream_channel_capacity,
+            max_streams=settings.observatory.max_concurrent_streams,
+        ),
+        signer=ErasureSigner.load_or_create(settings.storage.data_dir),
+        reembed_target=reembed_target,
     )
 
 
 async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
     """What every start does before serving: check the deployment's shape against the
-    data (ConfigInvalid when the shard count or embedding engine changed), then make
+    data (ConfigInvalid when a partition count or the vector width changed; another
+    engine of the same width serves the stored corpus until a reembed), then make
     sure the bootstrap admin exists. Returns the key file when this start wrote it."""
     wanted: dict[str, str | int] = {
         "scene_shards": settings.ray.scene_shards,
@@ -138,8 +152,19 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
         "embedding_engine": memesh.embedder.name,
         "dims": memesh.embedder.dims,
     }
-    await memesh.directory.registry().call("claim_deployment", wanted)
-    return await write_bootstrap_key(memesh, settings.storage.data_dir)
+    corpus_engine: str | None = await memesh.directory.registry().call("claim_deployment", wanted)
+    if corpus_engine is not None:
+        # The data was embedded by another engine of the same width: serve with that one until a
+        # reembed (POST /admin/api/reembed) moves the corpus to the configured engine.
+        log.warning(
+            "the corpus was embedded with %s; serving with it until a reembed moves it to %s", corpus_engine, memesh.embedder.name
+        )
+        memesh.embedder.swap(engine_named(corpus_engine, settings.embedding.threads))
+    key_path = await write_bootstrap_key(memesh, settings.storage.data_dir)
+    if settings.admin.bootstrap_oidc_subject:
+        # The first console operator: bound once to a ServiceAdmin identity; a restart binds nothing new.
+        await memesh.identity.ensure_bootstrap_subject(settings.admin.bootstrap_oidc_subject)
+    return key_path
 
 
 async def write_bootstrap_key(memesh: Memesh, data_dir: Path) -> Path | None:

@@ -20,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from actors.facade import Memesh
+from api.admin import ConsoleConfig
 from api.app import create_app
 from api.grpc_admin import add_admin_service
 from cluster.compose import build_memesh, start_core
@@ -56,6 +57,25 @@ async def serve(settings: Settings) -> None:
         _disconnect(settings)
 
 
+def console_config(settings: Settings) -> ConsoleConfig | None:
+    """The console's part of the settings, or None when ``admin.console_enabled`` is off."""
+    admin = settings.admin
+    if not admin.console_enabled:
+        return None
+    assert admin.oidc_issuer and admin.oidc_client_id  # the settings validator requires both
+    return ConsoleConfig(
+        issuer=admin.oidc_issuer,
+        client_id=admin.oidc_client_id,
+        client_secret=admin.oidc_client_secret.get_secret_value() if admin.oidc_client_secret else None,
+        public_url=admin.public_url,
+        session_ttl_s=admin.session_ttl_s,
+        state_ttl_s=admin.state_ttl_s,
+        max_sessions=admin.max_sessions,
+        max_pending_logins=admin.max_pending_logins,
+        provider_timeout_s=admin.oidc_timeout_s,
+    )
+
+
 def _disconnect(settings: Settings) -> None:
     if not settings.ray.in_process:
         from actors.ray_directory import shutdown
@@ -75,14 +95,17 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
             bound = grpc_server.add_insecure_port(f"{settings.server.grpc_host}:{settings.server.grpc_port}")
             await grpc_server.start()
             print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound}", flush=True)
-        print(f"memesh: REST on http://{settings.server.host}:{settings.server.port}", flush=True)
+        scheme = "https" if settings.server.tls else "http"
+        print(f"memesh: REST on {scheme}://{settings.server.host}:{settings.server.port}", flush=True)
+        if settings.admin.console_enabled:
+            print(f"memesh: operator console at {scheme}://{settings.server.host}:{settings.server.port}/admin", flush=True)
         try:
             yield
         finally:
             if grpc_server is not None:
                 await grpc_server.stop(grace=2.0)
 
-    app = create_app(memesh, settings.server.max_body_bytes, settings.server.request_timeout_s)
+    app = create_app(memesh, settings.server.max_body_bytes, settings.server.request_timeout_s, console_config(settings))
     app.router.lifespan_context = lifespan
     config = uvicorn.Config(
         app,
@@ -92,6 +115,8 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
         lifespan="on",
         access_log=False,
         timeout_graceful_shutdown=10,
+        ssl_certfile=settings.server.tls_certfile,
+        ssl_keyfile=settings.server.tls_keyfile,
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from mesh.tuning import RecallTuning, SceneTuning
@@ -33,6 +33,18 @@ class ServerSettings(_Section):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(30.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    tls_certfile: Path | None = None  # serve REST over TLS (uvicorn ssl_certfile); both or neither
+    tls_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("server.tls_certfile and server.tls_keyfile go together")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_certfile is not None
 
 
 class StorageSettings(_Section):
@@ -135,9 +147,32 @@ class ObservatorySettings(_Section):
 
 
 class AdminSettings(_Section):
+    """The control plane; the console (``/admin``) logs operators in with OIDC (docs/console.md)."""
+
     console_enabled: bool = False
-    bootstrap_oidc_subject: str | None = None
+    bootstrap_oidc_subject: str | None = Field(None, min_length=1, max_length=255)
     principal_cache_ttl_s: float = Field(30.0, ge=0)
+    oidc_issuer: str | None = (
+        None  # the provider's issuer URL; its discovery document is <issuer>/.well-known/openid-configuration
+    )
+    oidc_client_id: str | None = None
+    oidc_client_secret: SecretStr | None = None
+    public_url: str | None = None  # the console's external base URL; None derives it from each request
+    session_ttl_s: float = Field(8 * 3600.0, gt=0)
+    state_ttl_s: float = Field(600.0, gt=0)
+    max_sessions: int = Field(10_000, ge=1)  # console sessions held by one head; the oldest is dropped beyond it
+    max_pending_logins: int = Field(10_000, ge=1)  # logins begun but not yet called back
+    oidc_timeout_s: float = Field(10.0, gt=0)  # each request to the provider
+
+    @model_validator(mode="after")
+    def _console_needs_a_provider(self) -> AdminSettings:
+        for name in ("oidc_issuer", "public_url"):
+            value = getattr(self, name)
+            if value is not None and not value.startswith(("https://", "http://")):
+                raise ValueError(f"admin.{name} must be an http(s) URL")
+        if self.console_enabled and not (self.oidc_issuer and self.oidc_client_id):
+            raise ValueError("admin.console_enabled needs admin.oidc_issuer and admin.oidc_client_id")
+        return self
 
 
 class ScenesSettings(_Section):
@@ -215,6 +250,12 @@ class Settings(BaseSettings):
                 raise ValueError("the production profile refuses disabled rate limits")
             if self.ray.in_process:
                 raise ValueError("the production profile runs actors on Ray (ray.in_process = false)")
+            if self.admin.console_enabled and not self.server.tls:
+                raise ValueError("the production profile refuses the console over a plaintext listener (set server.tls_certfile)")
+            if self.admin.console_enabled and any(
+                (url or "https://").startswith("http://") for url in (self.admin.oidc_issuer, self.admin.public_url)
+            ):
+                raise ValueError("the production profile needs https for admin.oidc_issuer and admin.public_url")
         return self
 
     @property

@@ -29,11 +29,16 @@ class AuditKind(StrEnum):
     DENIED = "Denied"
     DESCRIPTOR_SET = "DescriptorSet"
     DESCRIPTOR_IMPORT = "DescriptorImport"
+    NODE_DELETED = "NodeDeleted"
+    ERASED = "Erased"
+    REEMBED_STARTED = "ReembedStarted"
+    REEMBED_FINISHED = "ReembedFinished"
     AGENT_ISSUED = "AgentIssued"
     AGENT_REVOKED = "AgentRevoked"
     AGENT_SUSPENDED = "AgentSuspended"
     AGENT_REINSTATED = "AgentReinstated"
     AGENT_ROTATED = "AgentRotated"
+    SUBJECT_BOUND = "SubjectBound"  # an OIDC subject now logs in to the console as an agent
 
 
 @dataclass(frozen=True, slots=True)

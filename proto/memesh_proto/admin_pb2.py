@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memesh_proto/admin.proto\x12\x0fmemesh.admin.v1\"\x1c\n\x08\x41gentRef\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"\xa3\x01\n\x0b\x41gentRecord\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x12\n\nread_scope\x18\x06 \x03(\t\x12\x12\n\ncreated_at\x18\x07 \x01(\t\x12\x12\n\nupdated_at\x18\x08 \x01(\t\"x\n\x11IssueAgentRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x17\n\x0f\x63redential_kind\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x12\n\nread_scope\x18\x05 \x03(\t\">\n\x10IssuedCredential\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x18\n\x10plaintext_secret\x18\x02 \x01(\t\"2\n\x11ListAgentsRequest\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"W\n\x12ListAgentsResponse\x12,\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1c.memesh.admin.v1.AgentRecord\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"F\n\x13\x41uditVerifyResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\x15\n\rfirst_bad_seq\x18\x03 \x01(\x03\x32\xe3\x04\n\x0c\x41\x64minService\x12S\n\nIssueAgent\x12\".memesh.admin.v1.IssueAgentRequest\x1a!.memesh.admin.v1.IssuedCredential\x12U\n\nListAgents\x12\".memesh.admin.v1.ListAgentsRequest\x1a#.memesh.admin.v1.ListAgentsResponse\x12\x43\n\x08GetAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x1c.memesh.admin.v1.AgentRecord\x12@\n\x0bRevokeAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12\x41\n\x0cSuspendAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12\x43\n\x0eReinstateAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12K\n\x0bRotateAgent\x12\x19.memesh.admin.v1.AgentRef\x1a!.memesh.admin.v1.IssuedCredential\x12K\n\x0bVerifyAudit\x12\x16.memesh.admin.v1.Empty\x1a$.memesh.admin.v1.AuditVerifyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18memesh_proto/admin.proto\x12\x0fmemesh.admin.v1\"\x1c\n\x08\x41gentRef\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"\xa3\x01\n\x0b\x41gentRecord\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x0e\n\x06status\x18\x05 \x01(\t\x12\x12\n\nread_scope\x18\x06 \x03(\t\x12\x12\n\ncreated_at\x18\x07 \x01(\t\x12\x12\n\nupdated_at\x18\x08 \x01(\t\"\x8e\x01\n\x11IssueAgentRequest\x12\x14\n\x0c\x64isplay_name\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x17\n\x0f\x63redential_kind\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x12\n\nread_scope\x18\x05 \x03(\t\x12\x14\n\x0coidc_subject\x18\x06 \x01(\t\">\n\x10IssuedCredential\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x18\n\x10plaintext_secret\x18\x02 \x01(\t\"2\n\x11ListAgentsRequest\x12\x0e\n\x06\x63ursor\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\"W\n\x12ListAgentsResponse\x12,\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1c.memesh.admin.v1.AgentRecord\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"F\n\x13\x41uditVerifyResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0c\n\x04rows\x18\x02 \x01(\x03\x12\x15\n\rfirst_bad_seq\x18\x03 \x01(\x03\"4\n\x11\x44\x65leteNodeRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"o\n\x0c\x45raseRequest\x12\x12\n\nscope_kind\x18\x01 \x01(\t\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12\x17\n\x0fscope_tenant_id\x18\x03 \x01(\t\x12\x0f\n\x07\x63onfirm\x18\x04 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"\xc6\x01\n\x12\x45rasureCertificate\x12\x15\n\rnodes_removed\x18\x01 \x01(\x03\x12\x15\n\rdiffs_removed\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65liveries_removed\x18\x03 \x01(\x03\x12\x18\n\x10sessions_removed\x18\x04 \x01(\x03\x12\x1d\n\x15\x61ggregates_recomputed\x18\x05 \x01(\x03\x12\x1d\n\x15tombstones_propagated\x18\x06 \x01(\x03\x12\x0e\n\x06\x64igest\x18\x07 \x01(\t\"\x18\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x8c\x01\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x17\n\x0fnodes_processed\x18\x03 \x01(\x03\x12\x13\n\x0bnodes_total\x18\x04 \x01(\x03\x12\x0e\n\x06\x65ngine\x18\x05 \x01(\t\x12\x12\n\nstarted_at\x18\x06 \x01(\t\x12\x13\n\x0b\x66inished_at\x18\x07 \x01(\t2\xf4\x06\n\x0c\x41\x64minService\x12S\n\nIssueAgent\x12\".memesh.admin.v1.IssueAgentRequest\x1a!.memesh.admin.v1.IssuedCredential\x12U\n\nListAgents\x12\".memesh.admin.v1.ListAgentsRequest\x1a#.memesh.admin.v1.ListAgentsResponse\x12\x43\n\x08GetAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x1c.memesh.admin.v1.AgentRecord\x12@\n\x0bRevokeAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12\x41\n\x0cSuspendAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12\x43\n\x0eReinstateAgent\x12\x19.memesh.admin.v1.AgentRef\x1a\x16.memesh.admin.v1.Empty\x12K\n\x0bRotateAgent\x12\x19.memesh.admin.v1.AgentRef\x1a!.memesh.admin.v1.IssuedCredential\x12K\n\x0bVerifyAudit\x12\x16.memesh.admin.v1.Empty\x1a$.memesh.admin.v1.AuditVerifyResponse\x12H\n\nDeleteNode\x12\".memesh.admin.v1.DeleteNodeRequest\x1a\x16.memesh.admin.v1.Empty\x12K\n\x05\x45rase\x12\x1d.memesh.admin.v1.EraseRequest\x1a#.memesh.admin.v1.ErasureCertificate\x12?\n\x0cStartReembed\x12\x16.memesh.admin.v1.Empty\x1a\x17.memesh.admin.v1.JobRef\x12\x37\n\x06GetJob\x12\x17.memesh.admin.v1.JobRef\x1a\x14.memesh.admin.v1.Jobb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,18 +35,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AGENTREF']._serialized_end=73
   _globals['_AGENTRECORD']._serialized_start=76
   _globals['_AGENTRECORD']._serialized_end=239
-  _globals['_ISSUEAGENTREQUEST']._serialized_start=241
-  _globals['_ISSUEAGENTREQUEST']._serialized_end=361
-  _globals['_ISSUEDCREDENTIAL']._serialized_start=363
-  _globals['_ISSUEDCREDENTIAL']._serialized_end=425
-  _globals['_LISTAGENTSREQUEST']._serialized_start=427
-  _globals['_LISTAGENTSREQUEST']._serialized_end=477
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=479
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=566
-  _globals['_EMPTY']._serialized_start=568
-  _globals['_EMPTY']._serialized_end=575
-  _globals['_AUDITVERIFYRESPONSE']._serialized_start=577
-  _globals['_AUDITVERIFYRESPONSE']._serialized_end=647
-  _globals['_ADMINSERVICE']._serialized_start=650
-  _globals['_ADMINSERVICE']._serialized_end=1261
+  _globals['_ISSUEAGENTREQUEST']._serialized_start=242
+  _globals['_ISSUEAGENTREQUEST']._serialized_end=384
+  _globals['_ISSUEDCREDENTIAL']._serialized_start=386
+  _globals['_ISSUEDCREDENTIAL']._serialized_end=448
+  _globals['_LISTAGENTSREQUEST']._serialized_start=450
+  _globals['_LISTAGENTSREQUEST']._serialized_end=500
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=502
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=589
+  _globals['_EMPTY']._serialized_start=591
+  _globals['_EMPTY']._serialized_end=598
+  _globals['_AUDITVERIFYRESPONSE']._serialized_start=600
+  _globals['_AUDITVERIFYRESPONSE']._serialized_end=670
+  _globals['_DELETENODEREQUEST']._serialized_start=672
+  _globals['_DELETENODEREQUEST']._serialized_end=724
+  _globals['_ERASEREQUEST']._serialized_start=726
+  _globals['_ERASEREQUEST']._serialized_end=837
+  _globals['_ERASURECERTIFICATE']._serialized_start=840
+  _globals['_ERASURECERTIFICATE']._serialized_end=1038
+  _globals['_JOBREF']._serialized_start=1040
+  _globals['_JOBREF']._serialized_end=1064
+  _globals['_JOB']._serialized_start=1067
+  _globals['_JOB']._serialized_end=1207
+  _globals['_ADMINSERVICE']._serialized_start=1210
+  _globals['_ADMINSERVICE']._serialized_end=2094
 # @@protoc_insertion_point(module_scope)

@@ -74,6 +74,26 @@ class AdminServiceStub:
                 request_serializer=memesh__proto_dot_admin__pb2.Empty.SerializeToString,
                 response_deserializer=memesh__proto_dot_admin__pb2.AuditVerifyResponse.FromString,
                 _registered_method=True)
+        self.DeleteNode = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/DeleteNode',
+                request_serializer=memesh__proto_dot_admin__pb2.DeleteNodeRequest.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Erase = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/Erase',
+                request_serializer=memesh__proto_dot_admin__pb2.EraseRequest.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.ErasureCertificate.FromString,
+                _registered_method=True)
+        self.StartReembed = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/StartReembed',
+                request_serializer=memesh__proto_dot_admin__pb2.Empty.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.JobRef.FromString,
+                _registered_method=True)
+        self.GetJob = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/GetJob',
+                request_serializer=memesh__proto_dot_admin__pb2.JobRef.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.Job.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -128,6 +148,33 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteNode(self, request, context):
+        """Tombstones a cell or removes a beacon; deleting twice is a no-op.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Erase(self, request, context):
+        """Erases a node, a project or (ServiceAdmin only) an agent's data everywhere.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartReembed(self, request, context):
+        """Starts the one service-wide reembed (FAILED_PRECONDITION while one runs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -170,6 +217,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.VerifyAudit,
                     request_deserializer=memesh__proto_dot_admin__pb2.Empty.FromString,
                     response_serializer=memesh__proto_dot_admin__pb2.AuditVerifyResponse.SerializeToString,
+            ),
+            'DeleteNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNode,
+                    request_deserializer=memesh__proto_dot_admin__pb2.DeleteNodeRequest.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'Erase': grpc.unary_unary_rpc_method_handler(
+                    servicer.Erase,
+                    request_deserializer=memesh__proto_dot_admin__pb2.EraseRequest.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.ErasureCertificate.SerializeToString,
+            ),
+            'StartReembed': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartReembed,
+                    request_deserializer=memesh__proto_dot_admin__pb2.Empty.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.JobRef.SerializeToString,
+            ),
+            'GetJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJob,
+                    request_deserializer=memesh__proto_dot_admin__pb2.JobRef.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.Job.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,6 +455,114 @@ class AdminService:
             '/memesh.admin.v1.AdminService/VerifyAudit',
             memesh__proto_dot_admin__pb2.Empty.SerializeToString,
             memesh__proto_dot_admin__pb2.AuditVerifyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/DeleteNode',
+            memesh__proto_dot_admin__pb2.DeleteNodeRequest.SerializeToString,
+            memesh__proto_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Erase(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/Erase',
+            memesh__proto_dot_admin__pb2.EraseRequest.SerializeToString,
+            memesh__proto_dot_admin__pb2.ErasureCertificate.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartReembed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/StartReembed',
+            memesh__proto_dot_admin__pb2.Empty.SerializeToString,
+            memesh__proto_dot_admin__pb2.JobRef.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/GetJob',
+            memesh__proto_dot_admin__pb2.JobRef.SerializeToString,
+            memesh__proto_dot_admin__pb2.Job.FromString,
             options,
             channel_credentials,
             insecure,

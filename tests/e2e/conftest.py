@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -15,8 +17,10 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -128,8 +132,137 @@ def server(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     srv.stop()
 
 
+def audit_rows(server: Server) -> list[dict[str, Any]]:
+    """The server's audit table as stored, in chain order (read through LanceDB, as an auditor would)."""
+    import lancedb
+
+    table = lancedb.connect(str(server.data_dir / "lance")).open_table("audit_log")
+    return sorted(table.to_arrow().to_pylist(), key=lambda r: r["seq"])
+
+
 def assert_envelope(response: httpx.Response, status: int, code: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
     assert body["error"]["code"] == code
+
+
+# ---------------------------------------------------------------- operator console (OIDC)
+# A real OpenID provider (npm oidc-provider, tests/oidc; `make test` runs `npm ci` there)
+# on a free loopback port for the session, and a headless browser for its login pages.
+OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
+OIDC_CLIENT_ID = "memesh-console"
+OIDC_CLIENT_SECRET = "memesh-console-test-secret"
+BOOTSTRAP_SUBJECT = "root-operator"
+_FORM_ACTION = re.compile(r'<form[^>]*action="([^"]+)"')
+
+
+@dataclass(frozen=True)
+class OidcProvider:
+    issuer: str
+    client_id: str = OIDC_CLIENT_ID
+    client_secret: str = OIDC_CLIENT_SECRET
+
+    def console_env(self, bootstrap_subject: str = BOOTSTRAP_SUBJECT) -> dict[str, str]:
+        """The environment of a memesh server whose console logs in with this provider."""
+        return {
+            "MEMESH_ADMIN__CONSOLE_ENABLED": "true",
+            "MEMESH_ADMIN__OIDC_ISSUER": self.issuer,
+            "MEMESH_ADMIN__OIDC_CLIENT_ID": self.client_id,
+            "MEMESH_ADMIN__OIDC_CLIENT_SECRET": self.client_secret,
+            "MEMESH_ADMIN__BOOTSTRAP_OIDC_SUBJECT": bootstrap_subject,
+        }
+
+
+@pytest.fixture(scope="session")
+def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
+    """oidc-provider listening on 127.0.0.1 for the whole session; any login name is a subject."""
+    node = shutil.which("node")
+    if node is None or not (OIDC_DIR / "node_modules" / "oidc-provider").is_dir():
+        pytest.fail("the test OpenID provider is not installed: run `npm ci --prefix tests/oidc` (make test does)")
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("oidc") / "provider.log"
+    env = {**os.environ, "OIDC_CLIENT_ID": OIDC_CLIENT_ID, "OIDC_CLIENT_SECRET": OIDC_CLIENT_SECRET}
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen([node, "provider.mjs", str(port)], cwd=OIDC_DIR, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"the OpenID provider exited with {proc.returncode}:\n{log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the OpenID provider did not start:\n{log_path.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield OidcProvider(issuer)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@dataclass
+class ConsoleLogin:
+    """One headless login: the memesh client (holding its cookies) and the answers along the way."""
+
+    client: httpx.Client
+    login: httpx.Response  # GET /admin/auth/login
+    callback: httpx.Response  # GET /admin/auth/callback
+
+
+def console_login_steps(base_url: str, provider: OidcProvider, subject: str, max_steps: int = 12) -> ConsoleLogin:
+    """/admin/auth/login -> the provider's /auth -> its login page (any password) -> consent ->
+    the memesh callback. Returns whatever the callback answered; nothing is asserted about it."""
+    client = httpx.Client(base_url=base_url, timeout=30)
+    login = client.get("/admin/auth/login")
+    assert login.status_code == 302, login.text
+    url = login.headers["location"]
+    assert url.startswith(provider.issuer + "/"), url
+    with httpx.Client(timeout=30) as browser:  # the operator's browser at the provider (its own cookies)
+        for _ in range(max_steps):
+            if url.startswith(base_url + "/"):
+                break
+            page = browser.get(url)
+            if page.status_code in (302, 303):
+                url = urljoin(url, page.headers["location"])
+                continue
+            assert page.status_code == 200, page.text[-500:]
+            action = _FORM_ACTION.search(page.text)
+            assert action is not None, page.text[-500:]
+            if 'name="login"' in page.text:
+                form = {"prompt": "login", "login": subject, "password": "x"}
+            else:
+                form = {"prompt": "consent"}
+            answer = browser.post(urljoin(url, action.group(1)), data=form)
+            assert answer.status_code in (302, 303), answer.text[-500:]
+            url = urljoin(url, answer.headers["location"])
+        else:
+            raise AssertionError(f"the provider did not send the browser back after {max_steps} steps")
+    return ConsoleLogin(client, login, client.get(url))
+
+
+def console_login(base_url: str, provider: OidcProvider, subject: str) -> httpx.Client:
+    """An httpx client holding a ``service_admin_session`` cookie for ``subject`` (the login must succeed)."""
+    steps = console_login_steps(base_url, provider, subject)
+    assert steps.callback.status_code == 302, steps.callback.text
+    assert steps.callback.headers["location"] == "/admin"
+    assert steps.client.cookies.get("service_admin_session")
+    return steps.client
+
+
+@pytest.fixture(scope="session")
+def admin_server(ray_address: str, tmp_path_factory: pytest.TempPathFactory, oidc_provider: OidcProvider) -> Iterator[Server]:
+    """A server with the operator console on (hash engine), logging in with ``oidc_provider``;
+    ``root-operator`` is its bootstrap ServiceAdmin subject."""
+    env = {**oidc_provider.console_env(), "MEMESH_OBSERVATORY__ENABLED": "true"}
+    srv = Server(tmp_path_factory.mktemp("console") / "data", ray_address, "hash", env).start()
+    yield srv
+    srv.stop()

@@ -1,0 +1,159 @@
+"""The operator REST API under ``/admin/api``: agents, descriptors, data lifecycle, jobs.
+
+Every route sits behind the admin session gate (``api.admin_gate``): by the
+time a handler runs, the console session was checked (401 / 403 first, even
+for a malformed body), the Admin bucket was charged, and the operator's
+principal is in ``request.state.principal``. Handlers decode, call one use
+case of the facade, and encode; authority, tenancy and audit live in the
+use cases.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from actors.facade import Memesh
+from api.admin_schemas import (
+    AgentIssueIn,
+    AgentListOut,
+    AgentOut,
+    CertificateOut,
+    CredentialOut,
+    DescriptorImportIn,
+    EraseIn,
+    JobOut,
+    JobStartedOut,
+    NodeDeleteIn,
+)
+from api.cursors import decode_cursor, encode_cursor
+from mesh.erasure import parse_reason, parse_scope
+from mesh.identity import Principal
+
+
+def _core(request: Request) -> Memesh:
+    memesh: Memesh = request.app.state.memesh
+    return memesh
+
+
+def _operator(request: Request) -> Principal:
+    principal: Principal = request.scope["state"]["principal"]
+    return principal
+
+
+Core = Annotated[Memesh, Depends(_core)]
+Operator = Annotated[Principal, Depends(_operator)]
+AgentId = Annotated[str, "the agent's id"]
+
+router = APIRouter(prefix="/admin/api")
+
+
+# ------------------------------------------------------------------ agents
+@router.get("/agents", response_model=AgentListOut)
+async def list_agents(
+    operator: Operator,
+    core: Core,
+    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> AgentListOut:
+    agents, more = await core.identity.list(operator, decode_cursor(cursor), limit)
+    next_cursor = encode_cursor(agents[-1].id) if more and agents else None
+    return AgentListOut(agents=[AgentOut.of(a) for a in agents], next_cursor=next_cursor)
+
+
+@router.get("/agents/{agent_id}", response_model=AgentOut)
+async def get_agent(agent_id: str, operator: Operator, core: Core) -> AgentOut:
+    return AgentOut.of(await core.identity.get(operator, agent_id))
+
+
+@router.post("/agents", response_model=CredentialOut)
+async def issue_agent(body: AgentIssueIn, operator: Operator, core: Core) -> CredentialOut:
+    issued = await core.identity.issue(
+        operator, body.tenant_id, body.display_name, body.roles, body.read_scope, body.credential_kind, body.oidc_subject
+    )
+    return CredentialOut(agent_id=issued.agent.id, plaintext_secret=issued.plaintext_secret)
+
+
+@router.post("/agents/{agent_id}/revoke", status_code=204)
+async def revoke_agent(agent_id: str, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, agent_id, "revoke")
+    return Response(status_code=204)
+
+
+@router.post("/agents/{agent_id}/suspend", status_code=204)
+async def suspend_agent(agent_id: str, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, agent_id, "suspend")
+    return Response(status_code=204)
+
+
+@router.post("/agents/{agent_id}/reinstate", status_code=204)
+async def reinstate_agent(agent_id: str, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, agent_id, "reinstate")
+    return Response(status_code=204)
+
+
+@router.post("/agents/{agent_id}/rotate", response_model=CredentialOut)
+async def rotate_agent(agent_id: str, operator: Operator, core: Core) -> CredentialOut:
+    agent, plaintext = await core.identity.apply(operator, agent_id, "rotate")
+    assert plaintext is not None
+    return CredentialOut(agent_id=agent.id, plaintext_secret=plaintext)
+
+
+# -------------------------------------------------------------- descriptors
+@router.get("/agents/{agent_id}/descriptor")
+async def get_descriptor(agent_id: str, operator: Operator, core: Core) -> dict[str, Any]:
+    return (await core.descriptors.get(operator, agent_id)).to_json()
+
+
+@router.put("/agents/{agent_id}/descriptor")
+async def put_descriptor(agent_id: str, operator: Operator, core: Core, body: Annotated[Any, Body()]) -> dict[str, Any]:
+    """Sets or replaces the descriptor: the descriptor's own JSON form without ``origin``."""
+    return (await core.descriptors.put(operator, agent_id, body)).to_json()
+
+
+@router.post("/agents/{agent_id}/descriptor/import")
+async def import_descriptor(agent_id: str, body: DescriptorImportIn, operator: Operator, core: Core) -> dict[str, Any]:
+    descriptor = await core.descriptors.import_document(
+        operator, agent_id, body.format, body.document, body.verification_jwks, body.provider
+    )
+    return descriptor.to_json()
+
+
+# ------------------------------------------------------------ data lifecycle
+@router.post("/nodes/{node_id}/delete", status_code=204)
+async def delete_node(
+    node_id: str, operator: Operator, core: Core, body: Annotated[NodeDeleteIn | None, Body()] = None
+) -> Response:
+    scope = parse_scope("node", node_id, None)  # a node id must be a UUID (400 otherwise)
+    await core.data.delete_node(operator, scope.id, parse_reason(body.reason if body else None))
+    return Response(status_code=204)
+
+
+@router.post("/erase", response_model=CertificateOut)
+async def erase(body: EraseIn, operator: Operator, core: Core) -> CertificateOut:
+    scope = parse_scope(body.scope.kind, body.scope.id, body.scope.tenant_id)
+    certificate = await core.data.erase(operator, scope, body.confirm, body.dry_run)
+    return CertificateOut.of(certificate.counts, certificate.digest)
+
+
+@router.post("/reembed", response_model=JobStartedOut)
+async def start_reembed(operator: Operator, core: Core) -> JobStartedOut:
+    job = await core.reembed.start(operator)
+    return JobStartedOut(job_id=job.job_id)
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+async def job_state(job_id: str, operator: Operator, core: Core) -> JobOut:
+    return JobOut.of(core.reembed.job(operator, job_id))
+
+
+# ------------------------------------------------------- published keys (no session)
+public_router = APIRouter()
+
+
+@public_router.get("/.well-known/memesh-erasure-keys.json", include_in_schema=False)
+async def erasure_keys(core: Core) -> Any:
+    """The public key set that verifies every erasure certificate's digest (no key, no session)."""
+    return JSONResponse(core.data.public_keys, headers={"Cache-Control": "public, max-age=300"})

@@ -1,0 +1,116 @@
+"""The /admin/api gate: the order in which a console request is judged.
+
+For every HTTP request and WebSocket handshake under ``/admin/api/``:
+
+1. The session first: the ``service_admin_session`` cookie names a live
+   console session, and the session's agent is *active* now (its principal is
+   resolved afresh on every request, never cached). Otherwise 401
+   ``unauthorized``, whatever the body. An API key is not accepted here.
+2. The role: a principal with neither ServiceAdmin nor ProjectAdmin gets 403
+   ``forbidden``.
+3. HTTP only: a body with a non-JSON content type gets 415, one over
+   ``max_body_bytes`` 400 (:mod:`api.gate_common`, as on /v1).
+4. The Admin rate-limit bucket is charged one token (429 ``rate_limited`` with
+   ``Retry-After`` when empty), for every path except ``GET /admin/api/me``,
+   including paths no route serves (they are charged, then get 404).
+5. The principal is put in ``scope["state"]["principal"]`` (routes read
+   ``request.state.principal`` or ``websocket.state.principal``) and the
+   console session in ``scope["state"]["console_session"]``; HTTP requests
+   then run under the body cap and the request timeout (504).
+
+A WebSocket refused at any step gets the HTTP answer before the upgrade,
+never an accepted socket.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import cookie_parser
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from actors.clock import Clock, utc_now
+from actors.console_sessions import ConsoleSession, ConsoleSessions
+from actors.facade import Bucket, Memesh
+from api.errors import memesh_error_response
+from api.gate_common import body_refusal, header_map, refuse, run_guarded
+from mesh.errors import MemeshError, Unauthorized
+from mesh.identity import Principal
+
+SESSION_COOKIE = "service_admin_session"
+ADMIN_API = "/admin/api"
+ME_PATH = "/admin/api/me"
+
+
+def is_admin_api(path: str) -> bool:
+    return path == ADMIN_API or path.startswith(ADMIN_API + "/")
+
+
+def session_token(headers: dict[str, str]) -> str | None:
+    """The ``service_admin_session`` cookie's value, if the request carries one."""
+    cookie = headers.get("cookie")
+    return cookie_parser(cookie).get(SESSION_COOKIE) if cookie else None
+
+
+def _uncharged(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and scope["path"] == ME_PATH
+
+
+class AdminGate:
+    def __init__(
+        self,
+        app: ASGIApp,
+        memesh: Memesh,
+        sessions: ConsoleSessions,
+        max_body_bytes: int,
+        timeout_s: float,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.app = app
+        self.memesh = memesh
+        self.sessions = sessions
+        self.max_body_bytes = max_body_bytes
+        self.timeout_s = timeout_s
+        self.clock = clock
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or not is_admin_api(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = header_map(scope)
+        try:
+            principal, session = await self.admit(session_token(headers), scope["path"])
+        except MemeshError as exc:
+            await refuse(memesh_error_response(exc), scope, receive, send)
+            return
+        refusal = body_refusal(scope, headers, self.max_body_bytes)
+        if refusal is not None:
+            await refuse(refusal, scope, receive, send)
+            return
+        if not _uncharged(scope):
+            try:
+                self.memesh.charge(principal, Bucket.ADMIN)
+            except MemeshError as exc:
+                await refuse(memesh_error_response(exc), scope, receive, send)
+                return
+        state = scope.setdefault("state", {})
+        state["principal"] = principal
+        state["console_session"] = session
+        if scope["type"] == "http":
+            await run_guarded(self.app, scope, receive, send, self.max_body_bytes, self.timeout_s)
+        else:
+            await self.app(scope, receive, send)
+
+    async def admit(self, token: str | None, path: str) -> tuple[Principal, ConsoleSession]:
+        """The admin principal behind a session cookie: Unauthorized (no live session, or its
+        agent is no longer active; the session is then dropped) or Forbidden (not an admin)."""
+        now = self.clock()
+        session = self.sessions.get(token, now)
+        if session is None:
+            raise Unauthorized("a console session is required: log in at /admin/auth/login")
+        principal = await self.memesh.identity.principal_for_subject(session.subject)
+        if principal is None or principal.agent_id != session.agent_id:
+            self.sessions.drop(token, now)
+            raise Unauthorized("the session's identity is no longer active: log in again")
+        if not principal.is_admin:
+            self.memesh.charge(principal, Bucket.ADMIN)  # a refused caller cannot add audit rows without limit
+            await self.memesh.identity.refuse_non_admin(principal, "admin_console", path)
+        return principal, session

@@ -1,0 +1,25 @@
+"""Keyset cursors: opaque to clients, the last id of the previous page to the service."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from uuid import UUID
+
+from mesh.errors import ValidationFailed
+
+
+def encode_cursor(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None) -> str | None:
+    """The id a cursor stands for; ValidationFailed for anything this service did not issue."""
+    if cursor is None:
+        return None
+    try:
+        value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        UUID(value)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValidationFailed("cursor is not one this service issued") from None
+    return value

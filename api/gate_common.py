@@ -1,0 +1,92 @@
+"""What the /v1 gate and the /admin/api gate share: header reading, the body
+checks, refusals (HTTP or before a WebSocket upgrade), and running the route
+under the body cap and the request timeout.
+
+Every refusal is the spec's envelope from :mod:`api.errors`; nothing here picks
+a status for a domain error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.errors import error_response
+from mesh.errors import ErrorCode
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+_DENIAL_EXTENSION = "websocket.http.response"
+
+
+def header_map(scope: Scope) -> dict[str, str]:
+    """The request's headers, lower-cased names; a repeated header keeps its last value."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def body_refusal(scope: Scope, headers: dict[str, str], max_body_bytes: int) -> Response | None:
+    """415 for a body sent with a non-JSON content type, 400 for a declared length over the cap; else None."""
+    if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+        return None
+    declared = headers.get("content-length", "0") or "0"
+    length = int(declared) if declared.isdigit() else -1
+    has_body = length != 0 or "transfer-encoding" in headers
+    if has_body and not is_json(headers.get("content-type", "")):
+        return error_response(415, ErrorCode.VALIDATION, "send the body as application/json")
+    if length > max_body_bytes:
+        return error_response(400, ErrorCode.VALIDATION, f"body exceeds {max_body_bytes} bytes")
+    return None
+
+
+async def refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer with ``response``: as HTTP, or for a WebSocket as an HTTP denial before any upgrade.
+
+    A server without the ASGI denial-response extension gets a plain close
+    (its handshake answers 403); uvicorn has the extension.
+    """
+    if scope["type"] == "websocket" and _DENIAL_EXTENSION not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    await response(scope, receive, send)  # Starlette prefixes the messages with "websocket." for a WebSocket scope
+
+
+class _BodyTooLarge(Exception):
+    """Raised from ``receive`` once a body (chunked or not) passes the cap."""
+
+
+async def run_guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, max_body_bytes: int, timeout_s: float) -> None:
+    """Run an HTTP request: a body growing past ``max_body_bytes`` gets 400, one running past
+    ``timeout_s`` gets 504 ``timeout`` (when no response has started yet)."""
+    started = False
+    received = 0
+
+    async def receive_capped() -> Message:
+        nonlocal received
+        message = await receive()
+        if message["type"] == "http.request":
+            received += len(message.get("body", b""))
+            if received > max_body_bytes:
+                raise _BodyTooLarge
+        return message
+
+    async def send_tracking(message: Message) -> None:
+        nonlocal started
+        if message["type"] == "http.response.start":
+            started = True
+        await send(message)
+
+    try:
+        async with asyncio.timeout(timeout_s):
+            await app(scope, receive_capped, send_tracking)
+    except TimeoutError:
+        if not started:
+            await error_response(504, ErrorCode.TIMEOUT, "the request took too long")(scope, receive, send)
+    except _BodyTooLarge:
+        if not started:
+            await error_response(400, ErrorCode.VALIDATION, f"body exceeds {max_body_bytes} bytes")(scope, receive, send)
