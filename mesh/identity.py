@@ -142,9 +142,14 @@ def check_can_read_agent(actor: Principal, target: Agent) -> None:
 
 
 def check_can_mutate_agent(actor: Principal, target: Agent) -> None:
-    """A ProjectAdmin mutating outside its tenant is refused (403, audited by the caller)."""
-    if not actor.is_service_admin and target.tenant_id != actor.tenant_id:
+    """A ProjectAdmin mutating outside its tenant, or mutating a ServiceAdmin agent (which would let it
+    rotate a service-wide key to itself), is refused (403, audited by the caller)."""
+    if actor.is_service_admin:
+        return
+    if target.tenant_id != actor.tenant_id:
         raise Forbidden("the agent belongs to another tenant")
+    if Role.SERVICE_ADMIN in target.roles:
+        raise Forbidden("only a ServiceAdmin changes a ServiceAdmin agent")
 
 
 def check_can_issue(actor: Principal, tenant_id: str, roles: frozenset[Role]) -> None:

@@ -60,9 +60,14 @@ def test_project_admin_is_confined_to_its_tenant() -> None:
         check_can_issue(pa, "t2", frozenset({Role.WRITER}))
     with pytest.raises(Forbidden):
         check_can_issue(pa, "t1", frozenset({Role.SERVICE_ADMIN}))
+    service_admin_here = replace(agent("t1"), roles=frozenset({Role.SERVICE_ADMIN}))
+    check_can_read_agent(pa, service_admin_here)
+    with pytest.raises(Forbidden):  # else it could rotate a service-wide key to itself
+        check_can_mutate_agent(pa, service_admin_here)
     sa = principal(Role.SERVICE_ADMIN, tenant="system")
     check_can_read_agent(sa, agent("t2"))
     check_can_mutate_agent(sa, agent("t2"))
+    check_can_mutate_agent(sa, service_admin_here)
     check_can_issue(sa, "t9", frozenset({Role.SERVICE_ADMIN}))
 
 
