@@ -252,6 +252,9 @@ class BeaconSet:
         counts = EraseCounts(nodes_removed=len(doomed) + (node is not None), aggregates_recomputed=len(adjusted))
         if dry_run:
             return counts
+        if not doomed and node is None and not adjusted:
+            counts.tombstones_propagated = 1  # nothing held here: acknowledged, no rewrite
+            return counts
         for beacon in doomed:
             del self.beacons[beacon.id]
             nodes = self._tenant(beacon.tenant_id)

@@ -16,8 +16,9 @@ Guarantees:
   purges older table versions, so the rows leave the files.
 - Every mutation writes its audit row and reports success only once the row
   is durable. Delete writes its row first (a tombstone can be retried); an
-  erase cannot be undone, so its row follows the erase and carries the digest,
-  and a failed row fails the request (a repeated erase then finds nothing and
+  erase cannot be undone, so its row follows the erase and carries the erase
+  id and counts (the id is also in the signed receipt), and a failed row fails
+  the request (a repeated erase then finds nothing and
   is certified with zero counts).
 """
 

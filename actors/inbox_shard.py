@@ -182,6 +182,8 @@ class InboxShard:
         removed = (len(doomed.deliveries) if doomed is not None else 0) + sum(i.count_of(wanted) for i in affected.values())
         if dry_run:
             return EraseCounts(deliveries_removed=removed)
+        if not removed and (agent_id is None or agent_id not in self._durable_cursors):
+            return EraseCounts(tombstones_propagated=1)  # nothing held here: acknowledged, no rewrite
         for inbox in affected.values():
             inbox.remove(wanted)
         if agent_id is not None:

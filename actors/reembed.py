@@ -70,22 +70,25 @@ class ReembedRunner:
         self._on_switch = on_switch
         self._jobs: dict[str, ReembedJob] = {}
         self._running: asyncio.Task[None] | None = None
+        self._starting = asyncio.Lock()
 
     async def start(self, actor: Principal) -> ReembedJob:
         require_admin(actor)
         if not actor.is_service_admin:
             await record(self._dir, actor, AuditKind.AUTHZ_DENIED, "reembed", "denied", {"action": "reembed"})
             raise Forbidden("only a ServiceAdmin starts a reembed")
-        if self._running is not None and not self._running.done():
-            raise Conflict("a reembed is already running")
-        engine = self._target()
-        job = ReembedJob(self._ids.new(), "running", 0, 0, engine.name, self._clock())
-        self._jobs[job.job_id] = job
-        while len(self._jobs) > KEEP_JOBS:
-            del self._jobs[next(iter(self._jobs))]
-        self._running = asyncio.get_running_loop().create_task(self._run(job.job_id, engine, actor))
-        await record(self._dir, actor, AuditKind.REEMBED_STARTED, job.job_id, "ok", {"engine": engine.name})
-        return job
+        async with self._starting:  # a concurrent second start waits here, then finds the job running
+            if self._running is not None and not self._running.done():
+                raise Conflict("a reembed is already running")
+            engine = self._target()
+            job = ReembedJob(self._ids.new(), "running", 0, 0, engine.name, self._clock())
+            # The row first: a job whose start could not be audited never runs.
+            await record(self._dir, actor, AuditKind.REEMBED_STARTED, job.job_id, "ok", {"engine": engine.name})
+            self._jobs[job.job_id] = job
+            while len(self._jobs) > KEEP_JOBS:
+                del self._jobs[next(iter(self._jobs))]
+            self._running = asyncio.get_running_loop().create_task(self._run(job.job_id, engine, actor))
+            return job
 
     def job(self, actor: Principal, job_id: str) -> ReembedJob:
         require_admin(actor)

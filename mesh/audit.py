@@ -49,7 +49,7 @@ class AuditRow:
     actor_agent: str
     actor_tenant: str
     target: str
-    outcome: str  # "ok" or "denied"
+    outcome: str  # "ok", "denied", or "failed" (a job that ended in failure)
     detail: str  # canonical JSON of non-secret facts
     prev_hash: str
     hash: str
