@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import grpc
 
 from actors.facade import Bucket, Memesh
-from api.admin_schemas import rfc3339
+from api.admin_schemas import AgentOut, rfc3339
 from api.errors import grpc_status
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.erasure import parse_reason, parse_scope
@@ -23,16 +23,8 @@ T = TypeVar("T")
 
 
 def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
-    return admin_pb2.AgentRecord(
-        agent_id=agent.id,
-        tenant_id=agent.tenant_id,
-        display_name=agent.display_name,
-        roles=sorted(r.value for r in agent.roles),
-        status=agent.status.value,
-        read_scope=sorted(agent.read_scope),
-        created_at=rfc3339(agent.created_at),
-        updated_at=rfc3339(agent.updated_at),
-    )
+    """The agent record of the REST API, as a message (the same fields; never a secret)."""
+    return admin_pb2.AgentRecord(**AgentOut.of(agent).model_dump())
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]

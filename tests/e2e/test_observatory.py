@@ -24,24 +24,11 @@ from websockets.sync.client import ClientConnection, connect
 
 from actors.propagation import diff_id_of
 from tests.e2e.conftest import OidcProvider, Server, assert_envelope, console_login
+from tests.unit.helpers import EVENT_FIELDS
 
 SESSION_COOKIE = "service_admin_session"
 STREAM = "/admin/api/observatory/stream"
 EVENTS = "/admin/api/observatory/events"
-EVENT_FIELDS = {
-    "diff_id",
-    "from_node",
-    "to_node",
-    "hop_index",
-    "energy_before",
-    "energy_after",
-    "walk_layer",
-    "outcome",
-    "salience",
-    "ts",
-    "tenant_id",
-    "origin_agent",
-}
 
 
 def operator(admin_server: Server, provider: OidcProvider, tenant: str, role: str) -> httpx.Client:

@@ -57,3 +57,20 @@ def cell(
 
 def later(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+# The observatory event's fields, as spec section 2 lists them (content-free).
+EVENT_FIELDS = {
+    "diff_id",
+    "from_node",
+    "to_node",
+    "hop_index",
+    "energy_before",
+    "energy_after",
+    "walk_layer",
+    "outcome",
+    "salience",
+    "ts",
+    "tenant_id",
+    "origin_agent",
+}

@@ -20,22 +20,9 @@ from actors.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig,
 from api.observatory import parse_since
 from mesh.errors import QuotaExceeded, ValidationFailed
 from tests.unit.conftest import Api
+from tests.unit.helpers import EVENT_FIELDS
 from tests.unit.test_propagation import agent, settle, write
 
-EVENT_FIELDS = {
-    "diff_id",
-    "from_node",
-    "to_node",
-    "hop_index",
-    "energy_before",
-    "energy_after",
-    "walk_layer",
-    "outcome",
-    "salience",
-    "ts",
-    "tenant_id",
-    "origin_agent",
-}
 SPEC = DirectorySpec("test", 1, 1, 1)
 
 
