@@ -306,26 +306,46 @@ class BeaconSet:
         await self._ready()
         self._staged.update(vectors)
 
-    async def commit_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
-        """Switch beacons to their staged vectors and agent nodes to the means of their reembedded cells."""
-        await self._ready()
-        await self._beacon_commit.close()
-        await self._agent_commit.close()
+    def _switched(
+        self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]
+    ) -> tuple[list[Beacon], list[AgentNode]]:
         beacons = [replace(b, embedding=self._staged[b.id], engine=engine) for b in self.beacons.values() if b.id in self._staged]
         nodes = [
             AgentNode(a.agent_id, a.tenant_id, writers[a.agent_id][0].copy(), writers[a.agent_id][1])
             for a in self.agents.values()
             if a.agent_id in writers
         ]
+        return beacons, nodes
+
+    async def _write(self, beacons: list[Beacon], nodes: list[AgentNode]) -> None:
         assert self._beacon_table is not None and self._agent_table is not None
         dims = self.config.dims
         await self._beacon_table.upsert(beacons_to_arrow((b for b in beacons if b.id in self._stored), dims))
         await self._agent_table.upsert(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._stored), dims))
+
+    async def persist_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
+        """Phase one of a reembed switch: write the new beacon vectors and agent-node means; memory unchanged."""
+        await self._ready()
+        await self._beacon_commit.close()
+        await self._agent_commit.close()
+        await self._write(*self._switched(engine, writers))
+
+    async def apply_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
+        """Phase two: switch memory to the persisted vectors."""
+        await self._ready()
+        beacons, nodes = self._switched(engine, writers)
         for beacon in beacons:
             self._put_beacon(beacon)
         for node in nodes:
             self._put_agent(node)
         self._staged = {}
+
+    async def revert_staged(self) -> None:
+        """Undo phase one: rewrite the current beacons and agent nodes, drop the staged vectors."""
+        await self._ready()
+        staged = set(self._staged)
+        self._staged = {}
+        await self._write([b for b in self.beacons.values() if b.id in staged], list(self.agents.values()))
 
     async def discard_staged(self) -> None:
         self._staged = {}

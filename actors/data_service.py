@@ -35,6 +35,7 @@ import numpy.typing as npt
 from actors.audit_log import record
 from actors.clock import Clock, IdSource
 from actors.directory import ActorRef, Directory
+from actors.embedding import SwitchGate
 from actors.erasure_signing import ErasureSigner
 from actors.scene_shard import ShardErasure
 from mesh.audit import AuditKind
@@ -69,11 +70,13 @@ class _Target:
 
 
 class DataService:
-    def __init__(self, directory: Directory, ids: IdSource, clock: Clock, signer: ErasureSigner | None) -> None:
+    def __init__(self, directory: Directory, ids: IdSource, clock: Clock, signer: ErasureSigner | None, gate: SwitchGate) -> None:
+        """``gate`` is the embedder's: deletes and erasures never run across a reembed's switch."""
         self._dir = directory
         self._ids = ids
         self._clock = clock
         self._signer = signer
+        self._gate = gate
 
     @property
     def public_keys(self) -> dict[str, Any]:
@@ -89,7 +92,8 @@ class DataService:
         await self._authorize_tenant(actor, node.tenant_id, node_id, "delete")
         detail = {"reason": reason.value, "tenant_id": node.tenant_id, "node_kind": "cell" if node.is_cell else "beacon"}
         await record(self._dir, actor, AuditKind.NODE_DELETED, node_id, "ok", detail)
-        await node.owner.call("delete_cell" if node.is_cell else "delete_beacon", node_id)
+        async with self._gate.shared():
+            await node.owner.call("delete_cell" if node.is_cell else "delete_beacon", node_id)
 
     async def _locate(self, node_id: str) -> _Node:
         """The owner holding ``node_id`` (a cell or a beacon) and its tenant; NotFound when none does."""
@@ -124,7 +128,8 @@ class DataService:
             raise
         target = await self._resolve(actor, scope)
         await self._authorize_tenant(actor, target.tenant_id, scope.label, "erase")
-        counts = await self._erase(target, dry_run)
+        async with self._gate.shared():
+            counts = await self._erase(target, dry_run)
         if dry_run:
             return ErasureCertificate(counts, None)
         erased_at = self._clock().isoformat().replace("+00:00", "Z")

@@ -66,7 +66,7 @@ class Memesh:
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic)
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits)
         self.observatory = ObservatoryHub(directory, observatory)
-        self.data = DataService(directory, ids, clock, signer)
+        self.data = DataService(directory, ids, clock, signer, embedder.gate)
         self.descriptors = DescriptorService(directory, clock)
         self.reembed = ReembedRunner(
             directory, embedder, reembed_target or (lambda: embedder.engine), ids, clock, self._record_corpus_engine

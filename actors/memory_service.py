@@ -284,9 +284,10 @@ class MemoryService:
     async def consolidate(self, principal: Principal, scene_id: str) -> ConsolidationReport:
         require_writer(principal)
         shard, _ = await self._find_scene(principal, scene_id)
-        scene, patterns, superseded = await self._dir.scene_shard(shard).call(
-            "consolidate", principal.tenant_id, scene_id, principal.agent_id, self._clock()
-        )
+        async with self._embedder.gate.shared():  # a Pattern's vector is made of its members': never across a switch
+            scene, patterns, superseded = await self._dir.scene_shard(shard).call(
+                "consolidate", principal.tenant_id, scene_id, principal.agent_id, self._clock()
+            )
         return ConsolidationReport(scene=scene, patterns=patterns, superseded=[c.id for c in superseded])
 
     async def _find_scene(self, principal: Principal, scene_id: str) -> tuple[int, Scene]:

@@ -156,17 +156,26 @@ class ReembedRunner:
             after = page[-1][0]
 
     async def _switch(self, engine: EmbeddingEngine) -> None:
+        """Two phases over every owner: persist the new vectors everywhere, then switch memory
+        everywhere. A failure in the first phase rewrites the old vectors everywhere (the corpus
+        stays on one engine) and fails the job."""
         spec = self._dir.spec
-        parts = await asyncio.gather(
-            *(self._dir.scene_shard(i).call("commit_staged", engine.name) for i in range(spec.scene_shards))
-        )
-        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
-        for part in parts:
-            for agent_id, (total, count) in part.items():
-                previous = writers.get(agent_id)
-                writers[agent_id] = (total + previous[0], count + previous[1]) if previous else (total, count)
+        shards = [self._dir.scene_shard(i) for i in range(spec.scene_shards)]
+        sets = [self._dir.beacon_set(i) for i in range(spec.beacon_sets)]
+        try:
+            parts = await asyncio.gather(*(shard.call("persist_staged", engine.name) for shard in shards))
+            writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
+            for part in parts:
+                for agent_id, (total, count) in part.items():
+                    previous = writers.get(agent_id)
+                    writers[agent_id] = (total + previous[0], count + previous[1]) if previous else (total, count)
+            await asyncio.gather(*(beacons.call("persist_staged", engine.name, writers) for beacons in sets))
+        except BaseException:
+            await asyncio.gather(*(owner.call("revert_staged") for owner in [*shards, *sets]), return_exceptions=True)
+            raise
         await asyncio.gather(
-            *(self._dir.beacon_set(i).call("commit_staged", engine.name, writers) for i in range(spec.beacon_sets))
+            *(shard.call("apply_staged", engine.name) for shard in shards),
+            *(beacons.call("apply_staged", engine.name, writers) for beacons in sets),
         )
         if engine.name != self._embedder.name:
             self._embedder.swap(engine)

@@ -109,7 +109,8 @@ class SceneShard:
         self._ready_once = LoadOnce(self._load)
         self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
-        self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by commit_staged
+        self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
+        self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource()
         self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
         # Access times: a long window, so their upserts stay off the write path.
@@ -270,7 +271,7 @@ class SceneShard:
         # A cell whose first append is still pending carries its new access time in that append;
         # only committed rows are upserted here (an upsert of a pending row would store it twice).
         committed = [c for c in touched if c.id in self._persisted]
-        if committed:
+        if committed and not self._switching:  # during a reembed switch a row must not get its old vector back
             self._spawn(self._touch_commit.submit([_Change("cell", False, c) for c in committed]))
 
     async def get_scene(self, tenant_id: str, scene_id: str) -> Scene:
@@ -325,14 +326,15 @@ class SceneShard:
         return True
 
     async def erase(self, selector: Selector, dry_run: bool) -> ShardErasure:
-        """Remove every matching cell from memory and storage (older table versions included).
+        """Remove every matching cell, and every Pattern abstracting one (it quotes a member), from memory
+        and storage (older table versions included); members of an erased Pattern become live again.
 
         Order: out of memory first (no read or walk sees them from here on),
         then the rows, then the recomputed scenes, then a purge of old versions.
         A dry run only counts. Idempotent: a repeated erase finds nothing.
         """
         partition = await self._ready()
-        cells = partition.select(selector)
+        cells = partition.with_abstractions(partition.select(selector))
         diff_ids = [diff_id_of(c.id) for c in cells if _has_diff(c)]
         writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
         for cell in cells:
@@ -368,6 +370,7 @@ class SceneShard:
             await self._scenes.delete_where_in("id", removed)
             self._persisted -= set(removed)
         await self._scenes.upsert(scenes_to_arrow([s for s in outcome.recomputed if s.id in self._persisted], self.config.dims))
+        await self._cells.upsert(cells_to_arrow([c for c in outcome.revived if c.id in self._persisted], self.config.dims))
         for table in (self._cells, self._scenes, self._walked_table):
             await table.purge()
         counts = EraseCounts(
@@ -394,37 +397,64 @@ class SceneShard:
         await self._ready()
         self._staged.update(vectors)
 
-    async def commit_staged(self, engine: str) -> dict[str, tuple[npt.NDArray[np.float64], int]]:
-        """Switch every cell to its staged vector at once: rows first, then memory (scenes recomputed).
-
-        Returns, per writer, the sum and count of its cells' new vectors (their agent nodes' new means).
-        Called with writes held back; a cell without a staged vector keeps its old one.
-        """
-        partition = await self._ready()
-        for committer in (self._commit, self._touch_commit):
-            await committer.close()
-        cells = []
-        for cell in partition.cells.values():
+    def _switched_cells(self, engine: str) -> list[Cell]:
+        """Every cell as it is after the switch: its staged vector, or its current one when none was staged."""
+        out = []
+        for cell in self.partition.cells.values():
             vector = self._staged.get(cell.id)
-            cells.append(replace(cell, embedding=vector, engine=engine) if vector is not None else cell)
-        scenes = [replace(s, members=[], cached_centroid=None) for s in partition.scenes.values()]  # the live ones stay intact
-        rebuilt = MemoryPartition(self.config.dims, self.config.tuning)
-        rebuilt.load(scenes, cells)
-        assert self._cells is not None and self._scenes is not None
+            out.append(replace(cell, embedding=vector, engine=engine) if vector is not None else cell)
+        return out
+
+    async def _write_cells(self, cells: list[Cell]) -> None:
+        assert self._cells is not None
         persisted = [c for c in cells if c.id in self._persisted]
         for start in range(0, len(persisted), 2048):
             await self._cells.upsert(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
-        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id in self._persisted], self.config.dims))
-        self.partition = rebuilt
-        self._staged = {}
+
+    async def persist_staged(self, engine: str) -> dict[str, tuple[npt.NDArray[np.float64], int]]:
+        """Phase one of the switch: write every staged vector's row; reads keep the current vectors.
+
+        Returns, per writer, the sum and count of its cells' new vectors (their agent nodes' new means).
+        Called with writes, consolidations and erasures held back (``Embedder.gate``); access times
+        are not recorded until ``apply_staged`` or ``revert_staged``.
+        """
+        await self._ready()
+        self._switching = True
+        for committer in (self._commit, self._touch_commit):
+            await committer.close()
+        cells = self._switched_cells(engine)
+        await self._write_cells(cells)
         writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
         for cell in cells:
             if _has_diff(cell) and cell.source_agent:
                 total, count = writers.get(cell.source_agent, (np.zeros(self.config.dims, dtype=np.float64), 0))
                 writers[cell.source_agent] = (total + cell.embedding, count + 1)
+        return writers
+
+    async def apply_staged(self, engine: str) -> None:
+        """Phase two: switch memory to the persisted vectors at once (scene centroids recomputed)."""
+        partition = await self._ready()
+        cells = self._switched_cells(engine)
+        scenes = [replace(s, members=[], cached_centroid=None) for s in partition.scenes.values()]  # the live ones stay intact
+        rebuilt = MemoryPartition(self.config.dims, self.config.tuning)
+        rebuilt.load(scenes, cells)
+        self.partition = rebuilt
+        self._staged = {}
+        self._switching = False
+        assert self._cells is not None and self._scenes is not None
+        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id in self._persisted], self.config.dims))
         for table in (self._cells, self._scenes):
             await table.optimize_if_due(1)
-        return writers
+
+    async def revert_staged(self) -> None:
+        """Undo phase one after a failure elsewhere: rewrite the current vectors' rows, drop the staged ones."""
+        await self._ready()
+        staged = set(self._staged)
+        self._staged = {}
+        try:
+            await self._write_cells([c for c in self.partition.cells.values() if c.id in staged])
+        finally:
+            self._switching = False
 
     async def discard_staged(self) -> None:
         self._staged = {}

@@ -14,6 +14,8 @@ restarting the head logs operators out.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from fastapi import FastAPI
 
 from actors.facade import Memesh
@@ -23,6 +25,12 @@ from api.admin_auth import router as auth_router
 from api.admin_gate import AdminGate
 
 __all__ = ["ConsoleConfig", "mount_admin"]
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL (an origin, as browsers send it)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def mount_admin(
@@ -38,7 +46,13 @@ def mount_admin(
     app.include_router(auth_router)
     app.include_router(admin_api.router)
     app.include_router(observatory.router)
+    public = console_config.public_url
     app.add_middleware(
-        AdminGate, memesh=memesh, sessions=console.sessions, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s
+        AdminGate,
+        memesh=memesh,
+        sessions=console.sessions,
+        max_body_bytes=max_body_bytes,
+        timeout_s=request_timeout_s,
+        allowed_origins=frozenset({_origin(public)} if public else ()),
     )
     return console

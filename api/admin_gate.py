@@ -7,7 +7,10 @@ For every HTTP request and WebSocket handshake under ``/admin/api/``:
    resolved afresh on every request, never cached). Otherwise 401
    ``unauthorized``, whatever the body. An API key is not accepted here.
 2. The role: a principal with neither ServiceAdmin nor ProjectAdmin gets 403
-   ``forbidden``.
+   ``forbidden`` (and an ``AuthzDenied`` audit row). Then a browser request
+   from another origin that could change state (a non-GET method or a
+   WebSocket handshake whose ``Origin`` is neither this server's nor the
+   console's ``public_url``) gets 403: defence in depth beside ``SameSite=Lax``.
 3. HTTP only: a body with a non-JSON content type gets 415, one over
    ``max_body_bytes`` 400 (:mod:`api.gate_common`, as on /v1).
 4. The Admin rate-limit bucket is charged one token (429 ``rate_limited`` with
@@ -30,9 +33,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from actors.clock import Clock, utc_now
 from actors.console_sessions import ConsoleSession, ConsoleSessions
 from actors.facade import Bucket, Memesh
-from api.errors import memesh_error_response
-from api.gate_common import body_refusal, header_map, refuse, run_guarded
-from mesh.errors import MemeshError, Unauthorized
+from api.errors import error_response, memesh_error_response
+from api.gate_common import body_refusal, cross_origin, header_map, refuse, run_guarded
+from mesh.errors import ErrorCode, MemeshError, Unauthorized
 from mesh.identity import Principal
 
 SESSION_COOKIE = "service_admin_session"
@@ -63,7 +66,11 @@ class AdminGate:
         max_body_bytes: int,
         timeout_s: float,
         clock: Clock = utc_now,
+        allowed_origins: frozenset[str] = frozenset(),
     ) -> None:
+        """``allowed_origins``: origins besides the request's own host that may change state
+        (the console's ``public_url`` behind a proxy that rewrites ``Host``)."""
+        self.allowed_origins = frozenset(o.lower().rstrip("/") for o in allowed_origins)
         self.app = app
         self.memesh = memesh
         self.sessions = sessions
@@ -80,6 +87,9 @@ class AdminGate:
             principal, session = await self.admit(session_token(headers), scope["path"])
         except MemeshError as exc:
             await refuse(memesh_error_response(exc), scope, receive, send)
+            return
+        if cross_origin(scope, headers, self.allowed_origins):
+            await refuse(error_response(403, ErrorCode.FORBIDDEN, "cross-origin request refused"), scope, receive, send)
             return
         refusal = body_refusal(scope, headers, self.max_body_bytes)
         if refusal is not None:

@@ -44,6 +44,26 @@ def body_refusal(scope: Scope, headers: dict[str, str], max_body_bytes: int) -> 
     return None
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def own_origin(scope: Scope, headers: dict[str, str]) -> str:
+    """This server's origin as the request reached it (``ws``/``wss`` counted as ``http``/``https``)."""
+    scheme = {"ws": "http", "wss": "https"}.get(scope.get("scheme", "http"), scope.get("scheme", "http"))
+    return f"{scheme}://{headers.get('host', '')}".lower()
+
+
+def cross_origin(scope: Scope, headers: dict[str, str], also_allowed: frozenset[str]) -> bool:
+    """True for a browser request from another origin that could change state: a non-safe method or a
+    WebSocket handshake carrying an ``Origin`` that is neither this server's nor one of ``also_allowed``.
+    Requests without ``Origin`` (scripts, the CLI) are not browser cross-origin requests."""
+    origin = headers.get("origin")
+    if origin is None or (scope["type"] == "http" and scope["method"] in SAFE_METHODS):
+        return False
+    origin = origin.lower().rstrip("/")
+    return origin != own_origin(scope, headers) and origin not in also_allowed
+
+
 async def refuse(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
     """Answer with ``response``: as HTTP, or for a WebSocket as an HTTP denial before any upgrade.
 

@@ -54,6 +54,7 @@ class EraseOutcome:
     cells: list[Cell] = field(default_factory=list)
     recomputed: list[Scene] = field(default_factory=list)
     removed_scenes: list[Scene] = field(default_factory=list)
+    revived: list[Cell] = field(default_factory=list)  # members of an erased Pattern, live again
 
 
 @dataclass(slots=True)
@@ -294,6 +295,16 @@ class MemoryPartition:
             chosen = [c for c in self.cells.values() if selector.matches(c.tenant_id, c.id, c.project_id, c.source_agent)]
         return sorted(chosen, key=lambda c: c.id)
 
+    def with_abstractions(self, cells: list[Cell]) -> list[Cell]:
+        """``cells`` and every Pattern abstracting one of them: a Pattern quotes a member's content and
+        averages the members' vectors, so erasing a member must erase its Pattern too."""
+        chosen = {c.id: c for c in cells}
+        for cell in cells:
+            pattern = self.cells.get(cell.superseded_by or "")
+            if pattern is not None:
+                chosen.setdefault(pattern.id, pattern)
+        return sorted(chosen.values(), key=lambda c: c.id)
+
     def tombstone(self, cell_id: str) -> Cell | None:
         """Tombstone a cell: out of every read and walk at once, its scene recomputed. None when it
         already was (a second delete is a no-op) or is absent."""
@@ -312,8 +323,8 @@ class MemoryPartition:
         return cell
 
     def erase(self, cell_ids: Iterable[str]) -> EraseOutcome:
-        """Remove cells from memory entirely (vectors zeroed), recompute the scenes they were in, and
-        remove scenes left without members."""
+        """Remove cells from memory entirely (vectors zeroed), revive the members of erased Patterns,
+        recompute the scenes they were in, and remove scenes left without members."""
         outcome = EraseOutcome()
         touched: dict[str, Scene] = {}
         for cid in sorted(set(cell_ids)):
@@ -326,7 +337,14 @@ class MemoryPartition:
                 scene.members.remove(cid)
                 touched[scene.id] = scene
             outcome.cells.append(cell)
+        erased = {c.id for c in outcome.cells}
         for scene in touched.values():
+            for member_id in scene.members:  # members of an erased Pattern are no longer abstracted
+                member = self.cells[member_id]
+                if member.superseded_by in erased:
+                    member.superseded_by = None
+                    self._tenant(member.tenant_id).put(member)
+                    outcome.revived.append(member)
             if scene.members:
                 self._recompute(scene)
                 outcome.recomputed.append(scene)

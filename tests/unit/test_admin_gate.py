@@ -173,3 +173,17 @@ async def test_a_websocket_is_refused_before_the_upgrade(console: ConsoleHarness
     assert (await _handshake(gate, writer, {"websocket.http.response": {}}))[0]["status"] == 403
     admin = await console.session_for("ws-admin")
     assert await _handshake(gate, admin, {"websocket.http.response": {}}) == [{"type": "websocket.accept"}]
+
+
+async def test_a_cross_origin_browser_request_cannot_change_state(console: ConsoleHarness) -> None:
+    token = await console.session_for("erin")
+    agents = {"display_name": "x", "tenant_id": "acme", "roles": ["Writer"]}
+    evil = {"origin": "https://evil.example"}
+    assert_error(await console.call("POST", "/admin/api/agents", token, json=agents, headers=evil), 403, "forbidden")
+    assert_error(await console.call("POST", "/admin/api/reembed", token, headers=evil), 403, "forbidden")
+    assert (await console.call("GET", "/admin/api/agents", token, headers=evil)).status_code == 200  # reads are not state
+    same = {"origin": "http://memesh.test"}
+    assert (await console.call("POST", "/admin/api/agents", token, json=agents, headers=same)).status_code == 200
+    assert (await console.call("POST", "/admin/api/agents", token, json=agents)).status_code == 200  # no Origin: not a browser
+    rows = await console.core.directory.audit_log().call("rows", 0, 1000)
+    assert [r.kind for r in rows].count(AuditKind.AGENT_ISSUED) == 3  # the session's own agent and the two accepted issues

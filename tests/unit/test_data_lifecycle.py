@@ -15,11 +15,12 @@ from actors.embedding import HashEngine, Matrix
 from actors.erasure_signing import verify_receipt
 from actors.facade import Memesh
 from mesh.erasure import DeleteReason, EraseScope, ScopeKind, parse_scope
-from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from mesh.errors import Conflict, Forbidden, NotFound, StorageUnavailable, ValidationFailed
 from mesh.identity import Principal, Role
+from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
 from tests.unit.conftest import ADMIN
-from tests.unit.test_propagation import agent, drain, write
+from tests.unit.test_propagation import agent, drain, settle, write
 
 T1_ADMIN = Principal("00000000-0000-7000-8000-0000000000a1", "t1", frozenset({Role.PROJECT_ADMIN}))
 T2_ADMIN = Principal("00000000-0000-7000-8000-0000000000a2", "t2", frozenset({Role.PROJECT_ADMIN}))
@@ -198,3 +199,47 @@ async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Me
     kinds = [k[0] for k in await audit_kinds(core)]
     assert "ReembedStarted" in kinds and "ReembedFinished" in kinds
     await core.close()
+
+
+async def test_erasing_a_member_erases_its_pattern_and_revives_the_rest(core: Memesh) -> None:
+    writer, _ = await agent(core, "t1")
+    other, _ = await agent(core, "t1")
+    (first,) = await core.memory.write_cells(writer, [NewCell(content="restart the flaky build agent", cell_type=CellType.FACT)])
+    await core.memory.write_cells(other, [NewCell(content="restart the flaky build agent", cell_type=CellType.FACT)])
+    await settle(core)
+    report = await core.memory.consolidate(writer, first.scene_id or "")
+    (pattern,) = report.patterns
+    assert await contents(core, writer, "restart the flaky build agent") == {"restart the flaky build agent"}  # the Pattern
+    scope = EraseScope(ScopeKind.AGENT, writer.agent_id)
+    cert = await core.data.erase(ADMIN, scope, scope.label, dry_run=False)
+    assert cert.counts.nodes_removed >= 2  # the writer's cell and the Pattern quoting it
+    hits = await core.memory.query(other, "restart the flaky build agent", None, 10, NodeFilter())
+    assert [(c.source_agent, c.superseded_by) for c in hits] == [(other.agent_id, None)]  # the other member, live again
+    assert pattern.id not in {c.id for c in hits}
+
+
+async def test_a_switch_that_fails_leaves_the_corpus_on_one_engine(make_core: Callable[..., Memesh]) -> None:
+    """The storage failure is injected (a beacon set's first-phase write raises, as a full disk would):
+    the shards that already wrote new vectors rewrite the old ones, in memory and on disk."""
+    core = make_core()
+    core.reembed._target = lambda: _ShiftedHash()
+    writer, _ = await agent(core, "t1")
+    for n in range(10):
+        await write(core, writer, f"incident {n} in the payments queue", project_id="p")
+
+    async def full_disk(*_: object) -> None:
+        raise StorageUnavailable("storage failed during upsert into beacon_set_0_beacons")
+
+    core.directory.beacon_set(0).target.persist_staged = full_disk  # type: ignore[attr-defined]
+    job = await core.reembed.start(ADMIN)
+    await core.reembed.wait(60)
+    assert core.reembed.job(ADMIN, job.job_id).status == "failed"
+    assert core.embedder.name == "hash-384"
+    hits = await core.memory.query(writer, "incident 3 in the payments queue", None, 10, NodeFilter())
+    assert hits[0].content == "incident 3 in the payments queue" and {c.engine for c in hits} == {"hash-384"}
+    await core.close()
+    reopened = make_core()
+    stored = await reopened.memory.query(writer, "incident 3 in the payments queue", None, 10, NodeFilter())
+    assert {c.engine for c in stored} == {"hash-384"}  # the rows were rewritten with the old vectors
+    assert np.allclose(stored[0].embedding, HashEngine(384).encode([stored[0].content])[0], atol=1e-6)
+    await reopened.close()
