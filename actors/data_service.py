@@ -77,9 +77,20 @@ class DataService:
         self._clock = clock
         self._signer = signer
         self._gate = gate
+        self._published: list[dict[str, Any]] = []
+
+    async def publish_key(self) -> None:
+        """Record this head's receipt key with the deployment's (every key ever used stays published)."""
+        if self._signer is None:
+            return
+        (public,) = self._signer.jwks()["keys"]
+        self._published = await self._dir.registry().call("remember_erasure_key", public)
 
     @property
     def public_keys(self) -> dict[str, Any]:
+        """Every public key the deployment's receipts were signed with (this head's when not yet recorded)."""
+        if self._published:
+            return {"keys": list(self._published)}
         if self._signer is None:
             raise Unavailable("this head has no erasure signing key")
         return self._signer.jwks()

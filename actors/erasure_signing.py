@@ -1,10 +1,12 @@
 """The service's erasure-receipt key: signs certificate digests, publishes the public half.
 
 Guarantees:
-- One Ed25519 key per deployment, created on first start next to the data
-  (``<data_dir>/erasure-signing-key.json``, mode 0600) and reused afterwards,
-  so every receipt the deployment ever issued verifies against the published
-  key set.
+- One Ed25519 key per head's data directory, created on first start
+  (``<data_dir>/erasure-signing-key.json``, mode 0600) and reused afterwards.
+  Its public half is recorded with the deployment's data (the registry's
+  manifest) at every start, and the published key set holds every key ever
+  recorded, so every receipt the deployment issued keeps verifying even after
+  a head starts with a new key.
 - A certificate's ``digest`` is a compact JWS (``alg`` Ed25519, ``kid``, ``typ``
   JOSE) whose payload is the RFC 8785 canonical JSON of the receipt claims
   (scope, label, counts, time, actor). Anyone holding the public key set

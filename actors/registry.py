@@ -19,6 +19,7 @@ import os
 import secrets
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -146,6 +147,19 @@ class Registry:
         assert self._manifest_table is not None
         row = pa.Table.from_pylist([{"key": "embedding_engine", "value": json.dumps(engine)}], schema=MANIFEST_SCHEMA)
         await self._manifest_table.upsert(row, key="key")
+
+    async def remember_erasure_key(self, public_jwk: dict[str, Any]) -> list[dict[str, Any]]:
+        """Add a head's erasure-receipt public key to the deployment's list (kept with the data, once per
+        ``kid``) and return every key the deployment ever signed with, so old receipts keep verifying."""
+        await self._ready()
+        assert self._manifest_table is not None
+        stored = {r["key"]: json.loads(r["value"]) for r in (await self._manifest_table.read_all()).to_pylist()}
+        keys: list[dict[str, Any]] = list(stored.get("erasure_keys", []))
+        if all(k.get("kid") != public_jwk.get("kid") for k in keys):
+            keys.append(public_jwk)
+            row = pa.Table.from_pylist([{"key": "erasure_keys", "value": json.dumps(keys)}], schema=MANIFEST_SCHEMA)
+            await self._manifest_table.upsert(row, key="key")
+        return keys
 
     async def health(self) -> dict[str, int]:
         await self._ready()

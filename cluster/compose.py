@@ -160,6 +160,7 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
             "the corpus was embedded with %s; serving with it until a reembed moves it to %s", corpus_engine, memesh.embedder.name
         )
         memesh.embedder.swap(engine_named(corpus_engine, settings.embedding.threads))
+    await memesh.data.publish_key()  # every receipt key the deployment used stays published
     key_path = await write_bootstrap_key(memesh, settings.storage.data_dir)
     if settings.admin.bootstrap_oidc_subject:
         # The first console operator: bound once to a ServiceAdmin identity; a restart binds nothing new.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import lancedb
 import numpy as np
@@ -12,14 +13,15 @@ import pytest
 
 from actors.directory import beacon_set_index
 from actors.embedding import HashEngine, Matrix
-from actors.erasure_signing import verify_receipt
+from actors.erasure_signing import KEY_FILE, verify_receipt
 from actors.facade import Memesh
+from cluster.compose import start_core
 from mesh.erasure import DeleteReason, EraseScope, ScopeKind, parse_scope
 from mesh.errors import Conflict, Forbidden, NotFound, StorageUnavailable, ValidationFailed
 from mesh.identity import Principal, Role
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
-from tests.unit.conftest import ADMIN
+from tests.unit.conftest import ADMIN, in_process_settings
 from tests.unit.test_propagation import agent, drain, settle, write
 
 T1_ADMIN = Principal("00000000-0000-7000-8000-0000000000a1", "t1", frozenset({Role.PROJECT_ADMIN}))
@@ -198,6 +200,8 @@ async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Me
         core.reembed.job(ADMIN, "00000000-0000-7000-8000-00000000ffff")
     kinds = [k[0] for k in await audit_kinds(core)]
     assert "ReembedStarted" in kinds and "ReembedFinished" in kinds
+    wanted = {"scene_shards": 2, "beacon_sets": 2, "inbox_shards": 2, "embedding_engine": "hash-384", "dims": 384}
+    assert await core.directory.registry().call("claim_deployment", wanted) == "shifted-hash-384"  # the manifest moved
     await core.close()
 
 
@@ -243,3 +247,20 @@ async def test_a_switch_that_fails_leaves_the_corpus_on_one_engine(make_core: Ca
     assert {c.engine for c in stored} == {"hash-384"}  # the rows were rewritten with the old vectors
     assert np.allclose(stored[0].embedding, HashEngine(384).encode([stored[0].content])[0], atol=1e-6)
     await reopened.close()
+
+
+async def test_receipts_keep_verifying_after_a_head_gets_a_new_key(make_core: Callable[..., Memesh], tmp_path: Path) -> None:
+    settings = in_process_settings(tmp_path / "data")
+    first = make_core()
+    await start_core(first, settings)
+    scope = parse_scope("project", "nothing-here", None)
+    old = await first.data.erase(ADMIN, scope, scope.label, dry_run=False)
+    await first.close()
+    (tmp_path / "data" / KEY_FILE).unlink()  # a head started without the old key file makes a new key
+    second = make_core()
+    await start_core(second, settings)
+    assert len(second.data.public_keys["keys"]) == 2
+    new = await second.data.erase(ADMIN, scope, scope.label, dry_run=False)
+    for cert in (old, new):
+        assert verify_receipt(cert.digest or "", second.data.public_keys)["label"] == "project:nothing-here"
+    await second.close()
