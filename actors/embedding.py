@@ -173,13 +173,20 @@ class Embedder:
     next batch (up to ``max_batch`` texts), which is how single-cell writes
     approach the model's batched throughput. One worker thread: the model is
     not shared across threads, and torch uses its own intra-op threads.
+
+    Background work (a reembed) goes through :meth:`embed_background` in
+    small chunks that are encoded only when no live request waits, so a live
+    query waits behind at most one chunk, not behind a whole corpus.
     """
+
+    BACKGROUND_CHUNK = 32
 
     def __init__(self, engine: EmbeddingEngine, max_batch: int = 64) -> None:
         self.engine = engine
         self._max_batch = max_batch
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
         self._queue: list[tuple[list[str], asyncio.Future[Matrix]]] = []
+        self._background: list[tuple[list[str], asyncio.Future[Matrix]]] = []
         self._worker: asyncio.Task[None] | None = None
         self.gate = SwitchGate()
 
@@ -203,8 +210,20 @@ class Embedder:
     async def embed(self, texts: list[str]) -> Matrix:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
+        return await self._enqueue(self._queue, texts)
+
+    async def embed_background(self, texts: list[str]) -> Matrix:
+        """Like ``embed``, at lower priority: chunks of ``BACKGROUND_CHUNK`` texts, each encoded only
+        when no live request is waiting."""
+        parts = [
+            await self._enqueue(self._background, texts[start : start + self.BACKGROUND_CHUNK])
+            for start in range(0, len(texts), self.BACKGROUND_CHUNK)
+        ]
+        return np.concatenate(parts) if parts else np.zeros((0, self.dims), dtype=np.float32)
+
+    async def _enqueue(self, queue: list[tuple[list[str], asyncio.Future[Matrix]]], texts: list[str]) -> Matrix:
         future: asyncio.Future[Matrix] = asyncio.get_running_loop().create_future()
-        self._queue.append((texts, future))
+        queue.append((texts, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain())
         return await future
@@ -215,13 +234,15 @@ class Embedder:
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._queue:
+        while self._queue or self._background:
             batch: list[tuple[list[str], asyncio.Future[Matrix]]] = []
             size = 0
             while self._queue and (not batch or size + len(self._queue[0][0]) <= self._max_batch):
                 item = self._queue.pop(0)
                 batch.append(item)
                 size += len(item[0])
+            if not batch:  # nothing live waits: one background chunk
+                batch.append(self._background.pop(0))
             texts = [t for chunk, _ in batch for t in chunk]
             try:
                 vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)

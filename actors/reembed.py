@@ -145,7 +145,7 @@ class ReembedRunner:
             page: list[tuple[str, str]] = await owner.call("reembed_page", after, PAGE)
             if not page:
                 return
-            vectors = await embedder.embed([text for _, text in page])
+            vectors = await embedder.embed_background([text for _, text in page])  # live queries go first
             await owner.call("stage", [(node_id, vectors[i]) for i, (node_id, _) in enumerate(page)])
             job = self._jobs[job_id]
             self._update(

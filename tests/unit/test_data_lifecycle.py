@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from actors.directory import beacon_set_index
-from actors.embedding import HashEngine, Matrix
+from actors.embedding import Embedder, HashEngine, Matrix
 from actors.erasure_signing import KEY_FILE, verify_receipt
 from actors.facade import Memesh
 from cluster.compose import start_core
@@ -264,3 +265,32 @@ async def test_receipts_keep_verifying_after_a_head_gets_a_new_key(make_core: Ca
     for cert in (old, new):
         assert verify_receipt(cert.digest or "", second.data.public_keys)["label"] == "project:nothing-here"
     await second.close()
+
+
+class _RecordingHash(HashEngine):
+    """The hash engine, recording what each encode call held and taking 20 ms per call (test-only:
+    it makes the order of a busy single-threaded embedder observable)."""
+
+    def __init__(self) -> None:
+        super().__init__(384)
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts: list[str]) -> Matrix:
+        self.calls.append(list(texts))
+        time.sleep(0.02)
+        return super().encode(texts)
+
+
+async def test_background_embedding_yields_to_live_requests() -> None:
+    engine = _RecordingHash()
+    embedder = Embedder(engine)
+    background = asyncio.create_task(embedder.embed_background([f"cell {n}" for n in range(10 * Embedder.BACKGROUND_CHUNK)]))
+    await asyncio.sleep(0.01)  # the first chunk is encoding
+    live = await embedder.embed(["a live query"])
+    assert not background.done()  # the live request did not wait for the corpus
+    vectors = await background
+    assert vectors.shape == (10 * Embedder.BACKGROUND_CHUNK, 384) and live.shape == (1, 384)
+    at = next(i for i, call in enumerate(engine.calls) if call == ["a live query"])
+    assert at <= 2 and all(len(c) <= Embedder.BACKGROUND_CHUNK for c in engine.calls)
+    assert np.allclose(vectors[5], HashEngine(384).encode(["cell 5"])[0])
+    embedder.close()
