@@ -105,7 +105,7 @@ class RowTable:
             await self._table.delete(predicate)
         self._commits += 1
 
-    async def delete_where_in(self, column: str, values: list[str], chunk: int = 500) -> None:
+    async def delete_where_in(self, column: str, values: list[str], chunk: int = 2000) -> None:
         """Delete the rows whose ``column`` is one of ``values`` (quoted; sent in chunks)."""
         for start in range(0, len(values), chunk):
             quoted = ",".join("'" + v.replace("'", "''") + "'" for v in values[start : start + chunk])
