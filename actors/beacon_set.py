@@ -249,12 +249,11 @@ class BeaconSet:
         doomed = [b for b in self.beacons.values() if b.id in beacon_ids or (agent_id is not None and b.agent_id == agent_id)]
         node = self.agents.get(agent_id) if agent_id is not None else None
         adjusted = [a for a in writers if a in self.agents and a != agent_id]
-        counts = EraseCounts(nodes_removed=len(doomed) + (node is not None), aggregates_recomputed=len(adjusted))
-        if dry_run:
-            return counts
-        if not doomed and node is None and not adjusted:
-            counts.tombstones_propagated = 1  # nothing held here: acknowledged, no rewrite
-            return counts
+        counts = EraseCounts(
+            nodes_removed=len(doomed) + (node is not None), aggregates_recomputed=len(adjusted), tombstones_propagated=1
+        )
+        if dry_run or (not doomed and node is None and not adjusted):
+            return counts  # a dry run, or nothing held here: acknowledged, no rewrite
         for beacon in doomed:
             del self.beacons[beacon.id]
             nodes = self._tenant(beacon.tenant_id)
@@ -286,7 +285,6 @@ class BeaconSet:
         await self._agent_table.upsert(agent_nodes_to_arrow(changed, self.config.dims))
         await self._beacon_table.purge()
         await self._agent_table.purge()
-        counts.tombstones_propagated = 1
         return counts
 
     # ----------------------------------------------------------------- reembed

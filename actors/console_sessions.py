@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
+from mesh.errors import QuotaExceeded
+
 __all__ = ["ConsoleSession", "ConsoleSessions", "PendingLogin", "PendingLogins"]
 
 V = TypeVar("V")
@@ -62,6 +64,11 @@ class _ExpiringMap(Generic[V]):
         expires_at = now + self.ttl
         self._entries[_digest(token)] = (expires_at, value)
         return expires_at
+
+    def full(self, now: datetime) -> bool:
+        """True when ``capacity`` unexpired values are held (a ``put`` would then drop the oldest)."""
+        self._purge(now)
+        return len(self._entries) >= self.capacity
 
     def get(self, token: str, now: datetime) -> V | None:
         entry = self._entries.get(_digest(token))
@@ -148,6 +155,10 @@ class PendingLogins:
         return len(self._map)
 
     def put(self, state: str, login: PendingLogin, now: datetime) -> datetime:
+        """Keep ``login`` pending; QuotaExceeded when the table is full of unexpired logins (a flood of
+        ``/admin/auth/login`` must not push real operators' logins out)."""
+        if self._map.full(now):
+            raise QuotaExceeded("too many logins are in progress: try again in a few minutes")
         return self._map.put(state, login, now)
 
     def take(self, state: str | None, now: datetime) -> PendingLogin | None:

@@ -193,8 +193,9 @@ class DataService:
             counts.sessions_removed = await self._dir.registry().call(
                 "erase_sessions", target.tenant_id, target.selector.project_id, target.agent_id, dry_run
             )
-            counts.tombstones_propagated += 0 if dry_run else 1
-        if not dry_run and diff_ids:
-            await self._dir.observatory().call("forget", diff_ids)
+            counts.tombstones_propagated += 1
+        if diff_ids:
+            if not dry_run:
+                await self._dir.observatory().call("forget", diff_ids)
             counts.tombstones_propagated += 1
         return counts

@@ -28,7 +28,7 @@ from typing import Any
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from mesh.audit import AuditKind
-from mesh.errors import Conflict, Forbidden, Unauthorized, ValidationFailed
+from mesh.errors import ConfigInvalid, Conflict, Forbidden, Unauthorized, ValidationFailed
 from mesh.identity import (
     Agent,
     AgentStatus,
@@ -177,6 +177,7 @@ class IdentityService:
             await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action})
             raise
         if target.bootstrap and action in ("revoke", "suspend") and target.id == actor.agent_id:
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action, "reason": "self"})
             raise Forbidden("the bootstrap admin cannot disable itself")
         self._invalidate(agent_id)
         try:
@@ -254,6 +255,13 @@ class IdentityService:
         """
         subject = check_subject(subject)
         agent, created = await self._dir.registry().call("ensure_bootstrap_subject", subject, self._ids.new(), self._clock())
+        if Role.SERVICE_ADMIN not in agent.roles:
+            # Someone bound this subject to a lesser agent first (a ProjectAdmin may bind subjects in its
+            # tenant): starting anyway would log the configured first operator in as that agent.
+            raise ConfigInvalid(
+                f"admin.bootstrap_oidc_subject is already bound to agent {agent.id}, which is not a ServiceAdmin; "
+                "revoke that agent or configure another subject"
+            )
         if created:
             await self._audit(agent.principal(), AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject, "bootstrap": True})
         return bool(created)

@@ -181,7 +181,7 @@ class InboxShard:
         affected = {a: inbox for a, inbox in self._inboxes.items() if inbox is not doomed and inbox.count_of(wanted)}
         removed = (len(doomed.deliveries) if doomed is not None else 0) + sum(i.count_of(wanted) for i in affected.values())
         if dry_run:
-            return EraseCounts(deliveries_removed=removed)
+            return EraseCounts(deliveries_removed=removed, tombstones_propagated=1)
         if not removed and (agent_id is None or agent_id not in self._durable_cursors):
             return EraseCounts(tombstones_propagated=1)  # nothing held here: acknowledged, no rewrite
         for inbox in affected.values():

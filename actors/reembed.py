@@ -91,8 +91,9 @@ class ReembedRunner:
             return job
 
     def job(self, actor: Principal, job_id: str) -> ReembedJob:
+        """A job's state, for a ServiceAdmin: a job spans every tenant, so to anyone else it is absent (404)."""
         require_admin(actor)
-        job = self._jobs.get(job_id)
+        job = self._jobs.get(job_id) if actor.is_service_admin else None
         if job is None:
             raise NotFound("job not found")
         return job

@@ -304,12 +304,16 @@ class Registry:
         An unbound subject gets a new ServiceAdmin in the system tenant (its API key
         is discarded: a console-only identity). A bound subject is left as it is,
         whatever its agent's status, so a restart creates nothing and never undoes
-        a revocation. A retry with the same ``agent_id`` makes no second agent.
+        a revocation; except that a subject once bound to a lesser agent that has
+        since been revoked is bound afresh to a new ServiceAdmin. A retry with the same ``agent_id`` makes no second agent.
         """
         await self._ready()
         current = self._subjects.get(subject)
         if current is not None:
-            return await self.get(current.agent_id), False
+            holder = await self.get(current.agent_id)
+            squatted = Role.SERVICE_ADMIN not in holder.roles and holder.status is AgentStatus.REVOKED
+            if not squatted:  # a lesser agent still active is refused by the caller (the start fails)
+                return holder, False
         agent, _ = await self.issue(
             agent_id, SYSTEM_TENANT, "bootstrap-operator", frozenset({Role.SERVICE_ADMIN}), frozenset(), now
         )

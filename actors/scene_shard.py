@@ -349,6 +349,7 @@ class SceneShard:
                 nodes_removed=len(cells) + len(emptied),
                 diffs_removed=len(diff_ids),
                 aggregates_recomputed=len(scenes) - len(emptied),
+                tombstones_propagated=1,
             )
             return ShardErasure(counts, diff_ids, writers)
         if not cells:

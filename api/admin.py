@@ -16,15 +16,22 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket
 
 from actors.facade import Memesh
 from api import admin_api, observatory
 from api.admin_auth import Console, ConsoleConfig
 from api.admin_auth import router as auth_router
 from api.admin_gate import AdminGate
+from api.errors import error_response
+from mesh.errors import ErrorCode
 
 __all__ = ["ConsoleConfig", "mount_admin"]
+
+
+async def _no_such_stream(websocket: WebSocket) -> None:
+    """A WebSocket handshake to an /admin/api path that serves none: 404 in the envelope, before any upgrade."""
+    await websocket.send_denial_response(error_response(404, ErrorCode.NOT_FOUND, "no WebSocket is served at this path"))
 
 
 def _origin(url: str) -> str:
@@ -46,6 +53,7 @@ def mount_admin(
     app.include_router(auth_router)
     app.include_router(admin_api.router)
     app.include_router(observatory.router)
+    app.add_api_websocket_route("/admin/api/{rest:path}", _no_such_stream)  # after every real WebSocket route
     public = console_config.public_url
     app.add_middleware(
         AdminGate,

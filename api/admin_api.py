@@ -30,6 +30,7 @@ from api.admin_schemas import (
 )
 from api.cursors import decode_cursor, encode_cursor
 from mesh.erasure import parse_reason, parse_scope
+from mesh.errors import ValidationFailed
 from mesh.identity import Principal
 
 
@@ -139,7 +140,11 @@ async def erase(body: EraseIn, operator: Operator, core: Core) -> CertificateOut
 
 
 @router.post("/reembed", response_model=JobStartedOut)
-async def start_reembed(operator: Operator, core: Core) -> JobStartedOut:
+async def start_reembed(operator: Operator, core: Core, request: Request) -> JobStartedOut:
+    """No body (rule 10): the engine comes from the ``embedding`` settings; ``{}`` is tolerated, anything else is 400."""
+    body = (await request.body()).strip()
+    if body and body != b"{}":
+        raise ValidationFailed("the reembed request has no body: the engine comes from the embedding settings")
     job = await core.reembed.start(operator)
     return JobStartedOut(job_id=job.job_id)
 

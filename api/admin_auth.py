@@ -137,7 +137,12 @@ class Console:
         return request.url.scheme == "https" or self.base_url(request).startswith("https://")
 
     async def begin(self, request: Request) -> tuple[str, str]:
-        """The provider's authorize URL and the state; the login is kept pending on this head."""
+        """The provider's authorize URL and the state; the login is kept pending on this head.
+
+        Charged to the Admin bucket of the caller's address (RateLimited when empty); QuotaExceeded
+        when the pending-login table is full: a flood cannot push other operators' logins out."""
+        client = request.client.host if request.client else "unknown"
+        self.memesh.charge(Principal(agent_id=f"console-login:{client}", tenant_id="", roles=frozenset()), Bucket.ADMIN)
         redirect_uri = self.base_url(request) + CALLBACK_PATH
         try:
             started = await self.oauth.create_authorization_url(redirect_uri)

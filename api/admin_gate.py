@@ -18,7 +18,10 @@ For every HTTP request and WebSocket handshake under ``/admin/api/``:
    including paths no route serves (they are charged, then get 404).
 5. The principal is put in ``scope["state"]["principal"]`` (routes read
    ``request.state.principal`` or ``websocket.state.principal``) and the
-   console session in ``scope["state"]["console_session"]``; HTTP requests
+   console session in ``scope["state"]["console_session"]``, and the check
+   itself in ``scope["state"]["readmit"]`` (a WebSocket stream runs it again
+   before each batch it sends, so a revoked agent or a logged-out session
+   stops receiving at once); HTTP requests
    then run under the body cap and the request timeout (504).
 
 A WebSocket refused at any step gets the HTTP answer before the upgrade,
@@ -26,6 +29,8 @@ never an accepted socket.
 """
 
 from __future__ import annotations
+
+import functools
 
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -84,7 +89,8 @@ class AdminGate:
             return
         headers = header_map(scope)
         try:
-            principal, session = await self.admit(session_token(headers), scope["path"])
+            token = session_token(headers)
+            principal, session = await self.admit(token, scope["path"])
         except MemeshError as exc:
             await refuse(memesh_error_response(exc), scope, receive, send)
             return
@@ -104,6 +110,7 @@ class AdminGate:
         state = scope.setdefault("state", {})
         state["principal"] = principal
         state["console_session"] = session
+        state["readmit"] = functools.partial(self.admit, token, scope["path"])  # long-lived streams re-check it
         if scope["type"] == "http":
             await run_guarded(self.app, scope, receive, send, self.max_body_bytes, self.timeout_s)
         else:

@@ -96,7 +96,7 @@ class EraseScopeIn(_Request):
 class EraseIn(_Request):
     scope: EraseScopeIn
     confirm: StrictStr = Field(max_length=256)
-    dry_run: StrictBool = False
+    dry_run: StrictBool = Field(description="Required: an erase is never real by omission.")
 
 
 class CertificateOut(BaseModel):

@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -42,7 +43,7 @@ router = APIRouter(prefix="/admin/api/observatory")
 
 DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 10_000
-STREAM_WAIT_S = 15.0
+STREAM_WAIT_S = 5.0
 RESYNC_FRAME = '{"resync":true}'
 
 # RFC 3339 date-time: a date, "T" (or "t" / a space), a time, an optional
@@ -117,7 +118,7 @@ async def stream(websocket: WebSocket) -> None:
         return
     try:
         await websocket.accept()
-        sender = asyncio.create_task(_send(websocket, hub, subscription, since))
+        sender = asyncio.create_task(_send(websocket, hub, subscription, since, _readmission(websocket)))
         receiver = asyncio.create_task(_until_disconnect(websocket))
         done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
@@ -133,13 +134,34 @@ async def stream(websocket: WebSocket) -> None:
         subscription.close()
 
 
-async def _send(websocket: WebSocket, hub: ObservatoryHub, subscription: Subscription, since: float | None) -> None:
-    """Replay, then live events until the hub ends the subscription (or the socket closes)."""
+Readmit = Callable[[], Awaitable[object]]
+
+
+def _readmission(websocket: WebSocket) -> Readmit:
+    """The gate's session check for this socket (a no-op where no gate set one: in-process tests)."""
+    readmit: Readmit | None = websocket.scope.get("state", {}).get("readmit")
+
+    async def nothing() -> object:
+        return None
+
+    return readmit or nothing
+
+
+async def _send(
+    websocket: WebSocket, hub: ObservatoryHub, subscription: Subscription, since: float | None, readmit: Readmit
+) -> None:
+    """Replay, then live events until the hub ends the subscription (or the socket closes).
+
+    The operator's session is checked again before every page and batch sent, and at least every
+    ``STREAM_WAIT_S``: a revoked or suspended agent, or a logged-out session, gets an error frame and
+    the close (1008) instead of the next event."""
     async for page in hub.replay(subscription, since):
+        await readmit()
         for event in page:
             await websocket.send_text(_frame(event))
     while websocket.application_state is WebSocketState.CONNECTED:
         items = await subscription.take(STREAM_WAIT_S)
+        await readmit()
         for item in items:
             await websocket.send_text(RESYNC_FRAME if isinstance(item, Resync) else _frame(item[1]))
         if subscription.ended and not items:

@@ -121,7 +121,11 @@ def test_agents_pages_lifecycle_and_tenant_rules(
         cross = {"display_name": "intruder", "tenant_id": "tenant-b", "roles": ["Writer"]}
         assert_envelope(alice.post("/admin/api/agents", json=cross), 403, "forbidden")
         assert_envelope(alice.post("/admin/api/reembed"), 403, "forbidden")
-        erase_b = {"scope": {"kind": "agent", "id": foreign["agent_id"]}, "confirm": f"agent:{foreign['agent_id']}"}
+        erase_b = {
+            "scope": {"kind": "agent", "id": foreign["agent_id"]},
+            "confirm": f"agent:{foreign['agent_id']}",
+            "dry_run": True,
+        }
         assert_envelope(alice.post("/admin/api/erase", json=erase_b), 403, "forbidden")
         assert alice.post(f"/admin/api/agents/{own['agent_id']}/suspend").status_code == 204
     assert root.get(f"/admin/api/agents/{foreign['agent_id']}").json()["status"] == "active"  # nothing was dispatched

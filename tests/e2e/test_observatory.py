@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from actors.propagation import diff_id_of
@@ -179,3 +179,24 @@ def test_the_stream_needs_a_session(admin_server: Server) -> None:
         pass
     assert denied.value.response.status_code == 401
     assert_envelope(httpx.get(admin_server.base_url + EVENTS, timeout=30), 401, "unauthorized")
+
+
+def test_revoking_the_operator_ends_its_open_stream(admin_server: Server, oidc_provider: OidcProvider) -> None:
+    subject = f"obs-revoked-{uuid.uuid4().hex[:8]}"
+    issued = admin_server.issue("obs-revoke", "ProjectAdmin", subject, "--oidc-subject", subject)
+    session = console_login(admin_server.base_url, oidc_provider, subject)
+    key = writer_key(admin_server, "obs-revoke")
+    first = write_cell(admin_server, key, "the canary deploy is at ten percent")
+    with stream(admin_server, session) as ws:
+        read_until(ws, lambda fs: first in {f.get("diff_id") for f in fs})
+        admin_server.admin("agents", "revoke", issued["agent_id"])
+        second = write_cell(admin_server, key, "the canary deploy is rolled back")
+        frames: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        with pytest.raises(ConnectionClosed) as closed:
+            while time.monotonic() < deadline:  # until the server closes the socket (bounded)
+                frames.append(json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic()))))
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1008
+    assert frames and frames[-1] == {"error": {"code": "unauthorized", "message": frames[-1]["error"]["message"]}}
+    assert second not in {f.get("diff_id") for f in frames}  # nothing after the revoke reached it
+    session.close()

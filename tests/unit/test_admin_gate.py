@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from actors.clock import utc_now
 from actors.facade import Memesh
@@ -187,3 +188,12 @@ async def test_a_cross_origin_browser_request_cannot_change_state(console: Conso
     assert (await console.call("POST", "/admin/api/agents", token, json=agents)).status_code == 200  # no Origin: not a browser
     rows = await console.core.directory.audit_log().call("rows", 0, 1000)
     assert [r.kind for r in rows].count(AuditKind.AGENT_ISSUED) == 3  # the session's own agent and the two accepted issues
+
+
+async def test_a_websocket_to_a_path_without_one_is_a_404_envelope(console: ConsoleHarness) -> None:
+    token = await console.session_for("frank")
+    with TestClient(console.app) as client:
+        client.cookies.set(SESSION_COOKIE, token)
+        with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("/admin/api/agents"):
+            pass
+    assert_error(denied.value, 404, "not_found")

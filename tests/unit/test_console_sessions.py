@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actors.console_sessions import ConsoleSessions, PendingLogin, PendingLogins
+from mesh.errors import QuotaExceeded
 from tests.unit.helpers import T0, later
 
 
@@ -70,3 +71,16 @@ def test_bad_bounds_are_refused() -> None:
         ConsoleSessions(ttl_s=0, capacity=1)
     with pytest.raises(ValueError):
         PendingLogins(ttl_s=1, capacity=0)
+
+
+def test_a_full_pending_table_refuses_new_logins_instead_of_dropping_old_ones() -> None:
+    pending = PendingLogins(ttl_s=600, capacity=2)
+    login = PendingLogin("nonce", "verifier", "http://memesh.test/admin/auth/callback")
+    pending.put("first", login, T0)
+    pending.put("second", login, T0)
+    with pytest.raises(QuotaExceeded):
+        pending.put("flood", login, later(1))
+    assert pending.take("first", later(2)) == login  # a real operator's login survived the flood
+    pending.put("third", login, later(3))  # room again once one was taken
+    assert pending.take("third", later(604)) is None  # expired (put at 3 s, 600 s to live)
+    pending.put("fourth", login, later(700))  # expired entries free their place

@@ -13,7 +13,7 @@ import pytest
 from actors.facade import Memesh
 from cluster.compose import start_core
 from mesh.audit import AuditKind
-from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from mesh.errors import ConfigInvalid, Conflict, Forbidden, NotFound, ValidationFailed
 from mesh.identity import AgentStatus, Principal, Role
 from tests.unit.conftest import ADMIN, in_process_settings
 
@@ -134,3 +134,19 @@ async def test_the_bootstrap_subject_is_bound_once_across_restarts(make_core: Ca
     stored = await second.directory.registry().call("get", principal.agent_id)
     assert stored.status is AgentStatus.REVOKED
     await second.close()
+
+
+async def test_a_bootstrap_subject_squatted_by_a_lesser_agent_stops_the_start(
+    make_core: Callable[..., Memesh], tmp_path: object
+) -> None:
+    core = make_core()
+    project_admin = Principal("00000000-0000-7000-8000-0000000000a1", "acme", frozenset({Role.PROJECT_ADMIN}))
+    squatter = await core.identity.issue(project_admin, "acme", "squat", ["Writer"], oidc_subject="first-operator")
+    settings = in_process_settings(tmp_path / "data", admin={"bootstrap_oidc_subject": "first-operator"})  # type: ignore[operator]
+    with pytest.raises(ConfigInvalid, match="not a ServiceAdmin"):
+        await start_core(core, settings)
+    await core.identity.apply(ADMIN, squatter.agent.id, "revoke")
+    await start_core(core, settings)  # revoked: the subject goes to a new ServiceAdmin
+    principal = await core.identity.principal_for_subject("first-operator")
+    assert principal is not None and principal.is_service_admin and principal.agent_id != squatter.agent.id
+    await core.close()
