@@ -34,7 +34,7 @@ from actors.codecs import (
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.erasure import EraseCounts
 from mesh.errors import NotFound, QuotaExceeded
-from mesh.model import AgentNode, Beacon, Vector
+from mesh.model import AgentNode, Beacon, Vector, WriterSums
 from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
@@ -240,7 +240,7 @@ class BeaconSet:
         self,
         agent_id: str | None,
         beacon_ids: list[str],
-        writers: dict[str, tuple[npt.NDArray[np.float64], int]],
+        writers: WriterSums,
         dry_run: bool,
     ) -> EraseCounts:
         """Erase beacons (by id, or all of ``agent_id``'s), ``agent_id``'s agent node, and take each
@@ -304,9 +304,7 @@ class BeaconSet:
         await self._ready()
         self._staged.update(vectors)
 
-    def _switched(
-        self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]
-    ) -> tuple[list[Beacon], list[AgentNode]]:
+    def _switched(self, engine: str, writers: WriterSums) -> tuple[list[Beacon], list[AgentNode]]:
         beacons = [replace(b, embedding=self._staged[b.id], engine=engine) for b in self.beacons.values() if b.id in self._staged]
         nodes = [
             AgentNode(a.agent_id, a.tenant_id, writers[a.agent_id][0].copy(), writers[a.agent_id][1])
@@ -321,14 +319,14 @@ class BeaconSet:
         await self._beacon_table.upsert(beacons_to_arrow((b for b in beacons if b.id in self._stored), dims))
         await self._agent_table.upsert(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._stored), dims))
 
-    async def persist_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
+    async def persist_staged(self, engine: str, writers: WriterSums) -> None:
         """Phase one of a reembed switch: write the new beacon vectors and agent-node means; memory unchanged."""
         await self._ready()
         await self._beacon_commit.close()
         await self._agent_commit.close()
         await self._write(*self._switched(engine, writers))
 
-    async def apply_staged(self, engine: str, writers: dict[str, tuple[npt.NDArray[np.float64], int]]) -> None:
+    async def apply_staged(self, engine: str, writers: WriterSums) -> None:
         """Phase two: switch memory to the persisted vectors."""
         await self._ready()
         beacons, nodes = self._switched(engine, writers)

@@ -29,9 +29,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
-
 from actors.audit_log import record
 from actors.clock import Clock, IdSource
 from actors.directory import ActorRef, Directory
@@ -42,6 +39,7 @@ from mesh.audit import AuditKind
 from mesh.erasure import DeleteReason, EraseCounts, EraseScope, ScopeKind, Selector, check_confirm
 from mesh.errors import Forbidden, MemeshError, NotFound, Unavailable
 from mesh.identity import Agent, Principal, require_admin
+from mesh.model import merge_writer_sums
 
 log = logging.getLogger(__name__)
 
@@ -173,13 +171,10 @@ class DataService:
                 *(self._dir.scene_shard(i).call("erase", target.selector, dry_run) for i in range(spec.scene_shards))
             )
         diff_ids: list[str] = []
-        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
         for part in shard_parts:
             counts.add(part.counts)
             diff_ids += part.diff_ids
-            for agent_id, (total, count) in part.writers.items():
-                previous = writers.get(agent_id)
-                writers[agent_id] = (total + previous[0], count + previous[1]) if previous else (total, count)
+        writers = merge_writer_sums(part.writers for part in shard_parts)
         owners = [
             *(self._dir.inbox_shard(i).call("erase", diff_ids, target.agent_id, dry_run) for i in range(spec.inbox_shards)),
             *(

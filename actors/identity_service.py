@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from actors.audit_log import record
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from mesh.audit import AuditKind
@@ -268,7 +269,7 @@ class IdentityService:
 
     async def _audit(self, actor: Principal, kind: AuditKind, target: str, outcome: str, detail: dict[str, Any]) -> None:
         """The synchronous audit row of a control-plane operation: the operation fails if it cannot be written."""
-        await self._dir.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail)
+        await record(self._dir, actor, kind, target, outcome, detail)
 
     async def refuse_non_admin(self, actor: Principal, surface: str, target: str) -> None:
         """The coarse role gate of the admin surfaces: a non-admin is refused before any dispatch,

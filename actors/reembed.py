@@ -23,9 +23,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-import numpy as np
-import numpy.typing as npt
-
 from actors.audit_log import record
 from actors.clock import Clock, IdSource
 from actors.directory import ActorRef, Directory
@@ -33,6 +30,7 @@ from actors.embedding import Embedder, EmbeddingEngine
 from mesh.audit import AuditKind
 from mesh.errors import Conflict, Forbidden, MemeshError, NotFound
 from mesh.identity import Principal, require_admin
+from mesh.model import merge_writer_sums
 
 log = logging.getLogger(__name__)
 PAGE = 256
@@ -164,12 +162,7 @@ class ReembedRunner:
         shards = [self._dir.scene_shard(i) for i in range(spec.scene_shards)]
         sets = [self._dir.beacon_set(i) for i in range(spec.beacon_sets)]
         try:
-            parts = await asyncio.gather(*(shard.call("persist_staged", engine.name) for shard in shards))
-            writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
-            for part in parts:
-                for agent_id, (total, count) in part.items():
-                    previous = writers.get(agent_id)
-                    writers[agent_id] = (total + previous[0], count + previous[1]) if previous else (total, count)
+            writers = merge_writer_sums(await asyncio.gather(*(shard.call("persist_staged", engine.name) for shard in shards)))
             await asyncio.gather(*(beacons.call("persist_staged", engine.name, writers) for beacons in sets))
         except BaseException:
             await asyncio.gather(*(owner.call("revert_staged") for owner in [*shards, *sets]), return_exceptions=True)

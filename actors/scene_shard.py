@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from actors.clock import IdSource
@@ -39,7 +38,7 @@ from actors.directory import Directory
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
 from mesh.erasure import EraseCounts, Selector
-from mesh.model import Cell, CellType, Layer, Scene, Vector
+from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import SceneTuning
@@ -69,12 +68,7 @@ class ShardErasure:
 
     counts: EraseCounts
     diff_ids: list[str]
-    writers: dict[str, tuple[npt.NDArray[np.float64], int]]
-
-
-def _has_diff(cell: Cell) -> bool:
-    """Every written cell starts one diff; a consolidation Pattern (L1) starts none."""
-    return not (cell.cell_type is CellType.PATTERN and cell.layer is Layer.L1)
+    writers: WriterSums
 
 
 @dataclass(slots=True)
@@ -335,12 +329,8 @@ class SceneShard:
         """
         partition = await self._ready()
         cells = partition.with_abstractions(partition.select(selector))
-        diff_ids = [diff_id_of(c.id) for c in cells if _has_diff(c)]
-        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
-        for cell in cells:
-            if _has_diff(cell) and cell.source_agent:
-                total, count = writers.get(cell.source_agent, (np.zeros(self.config.dims, dtype=np.float64), 0))
-                writers[cell.source_agent] = (total + cell.embedding, count + 1)
+        diff_ids = [diff_id_of(c.id) for c in cells if starts_diff(c)]
+        writers = writer_sums(cells, self.config.dims)
         if dry_run:
             chosen = {c.id for c in cells}
             scenes = {c.scene_id for c in cells if c.scene_id in partition.scenes}
@@ -412,7 +402,7 @@ class SceneShard:
         for start in range(0, len(persisted), 2048):
             await self._cells.upsert(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
 
-    async def persist_staged(self, engine: str) -> dict[str, tuple[npt.NDArray[np.float64], int]]:
+    async def persist_staged(self, engine: str) -> WriterSums:
         """Phase one of the switch: write every staged vector's row; reads keep the current vectors.
 
         Returns, per writer, the sum and count of its cells' new vectors (their agent nodes' new means).
@@ -425,12 +415,7 @@ class SceneShard:
             await committer.close()
         cells = self._switched_cells(engine)
         await self._write_cells(cells)
-        writers: dict[str, tuple[npt.NDArray[np.float64], int]] = {}
-        for cell in cells:
-            if _has_diff(cell) and cell.source_agent:
-                total, count = writers.get(cell.source_agent, (np.zeros(self.config.dims, dtype=np.float64), 0))
-                writers[cell.source_agent] = (total + cell.embedding, count + 1)
-        return writers
+        return writer_sums(cells, self.config.dims)
 
     async def apply_staged(self, engine: str) -> None:
         """Phase two: switch memory to the persisted vectors at once (scene centroids recomputed)."""

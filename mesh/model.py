@@ -7,6 +7,7 @@ vectors owned by the record; callers must not mutate them in place.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -151,6 +152,35 @@ class AgentNode:
     @property
     def vector(self) -> Vector:
         return normalize(self.vector_sum.astype(np.float32))
+
+
+WriterSums = dict[str, tuple[npt.NDArray[np.float64], int]]
+"""Per writing agent: the float64 sum of its cells' vectors and their count (what its agent node averages)."""
+
+
+def starts_diff(cell: Cell) -> bool:
+    """Every written cell starts one diff and moves its writer's agent node; a consolidation Pattern (L1) does neither."""
+    return not (cell.cell_type is CellType.PATTERN and cell.layer is Layer.L1)
+
+
+def writer_sums(cells: Iterable[Cell], dims: int) -> WriterSums:
+    """The sums of the cells that count toward their writers' agent nodes."""
+    sums: WriterSums = {}
+    for cell in cells:
+        if starts_diff(cell) and cell.source_agent:
+            total, count = sums.get(cell.source_agent, (np.zeros(dims, dtype=np.float64), 0))
+            sums[cell.source_agent] = (total + cell.embedding, count + 1)
+    return sums
+
+
+def merge_writer_sums(parts: Iterable[WriterSums]) -> WriterSums:
+    """One writer's sums from every shard, added up."""
+    merged: WriterSums = {}
+    for part in parts:
+        for agent_id, (total, count) in part.items():
+            previous = merged.get(agent_id)
+            merged[agent_id] = (total + previous[0], count + previous[1]) if previous else (total, count)
+    return merged
 
 
 @dataclass(slots=True, frozen=True)
