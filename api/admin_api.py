@@ -46,7 +46,6 @@ def _operator(request: Request) -> Principal:
 
 Core = Annotated[Memesh, Depends(_core)]
 Operator = Annotated[Principal, Depends(_operator)]
-AgentId = Annotated[str, "the agent's id"]
 
 router = APIRouter(prefix="/admin/api")
 
