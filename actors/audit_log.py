@@ -1,19 +1,28 @@
-"""AuditLog: the single writer of the hash-chained audit table.
+"""AuditLog: the control plane's ledger, the hash-chained audit table and the erase journal.
 
 Guarantees:
 - ``append`` answers only after the row is committed; a failed commit raises,
   and the caller's operation must then report failure.
-- Rows are chained in one sequence by this one actor (``mesh.audit``).
+- ``append`` is idempotent by ``op_id``: a call replayed by Ray after a restart,
+  or an erase resumed after a crash, finds its row and writes no second one.
+- Rows are chained in one sequence by this one actor (``mesh.audit``); the
+  table is compacted every ``optimize_every`` appends, so versions and
+  manifests do not pile up.
 - ``verify`` recomputes the chain from storage, not from memory, so a row
   altered on disk is found.
+- The erase journal (:mod:`actors.erase_journal`) lives beside the chain, so
+  an erase's ``Erased`` row and its journal entry have one writer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
-from dataclasses import asdict, dataclass
+import uuid
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,8 +30,10 @@ import pyarrow as pa
 import rfc8785
 
 from actors.directory import Directory
-from actors.storage import LanceStore, LoadOnce, RowTable
+from actors.erase_journal import EraseJournal
+from actors.storage import LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.audit import AuditKind, AuditRow, chain, verify
+from mesh.erasure import JournalEntry
 from mesh.identity import Principal
 
 AUDIT_SCHEMA = pa.schema(
@@ -37,8 +48,11 @@ AUDIT_SCHEMA = pa.schema(
         pa.field("detail", pa.string(), nullable=False),
         pa.field("prev_hash", pa.string(), nullable=False),
         pa.field("hash", pa.string(), nullable=False),
+        pa.field("op_id", pa.string()),  # the caller's operation id (idempotency); not part of the chain
     ]
 )
+_CHAIN_FIELDS = [f.name for f in fields(AuditRow)]
+REMEMBERED_OPS = 100_000
 
 
 def jcs_sha256(fields: dict[str, Any]) -> str:
@@ -48,8 +62,7 @@ def jcs_sha256(fields: dict[str, Any]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AuditLogConfig:
-    storage_uri: str
-    cache_mb: int = 32
+    storage: StorageConfig
 
 
 class AuditLog:
@@ -57,26 +70,49 @@ class AuditLog:
         self.config = config
         self._table: RowTable | None = None
         self._last: AuditRow | None = None
+        self._ops: OrderedDict[str, int] = OrderedDict()  # op id -> seq, the newest REMEMBERED_OPS
         self._lock = asyncio.Lock()
         self._ready = LoadOnce(self._load)
+        self.journal = EraseJournal()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
+        store = await LanceStore.open(self.config.storage)
         self._table = await store.table("audit_log", AUDIT_SCHEMA)
-        rows = await self._rows()
+        stored = await self._table.read_all()
+        rows = [AuditRow(**r) for r in stored.select(_CHAIN_FIELDS).to_pylist()]
         self._last = max(rows, key=lambda r: r.seq) if rows else None
+        ops = sorted(
+            (
+                (seq, op)
+                for seq, op in zip(stored.column("seq").to_pylist(), stored.column("op_id").to_pylist(), strict=True)
+                if op
+            ),
+        )
+        for seq, op in ops[-REMEMBERED_OPS:]:
+            self._ops[op] = seq
+        await self.journal.load(store)
 
     async def _rows(self) -> list[AuditRow]:
         assert self._table is not None
-        return [AuditRow(**r) for r in (await self._table.read_all()).to_pylist()]
+        return [AuditRow(**r) for r in (await self._table.read_all()).select(_CHAIN_FIELDS).to_pylist()]
 
     async def append(
-        self, kind: str, actor_agent: str, actor_tenant: str, target: str, outcome: str, detail: dict[str, Any]
-    ) -> AuditRow:
-        """Chain and commit one row; answers once it is durable."""
+        self,
+        kind: str,
+        actor_agent: str,
+        actor_tenant: str,
+        target: str,
+        outcome: str,
+        detail: dict[str, Any],
+        op_id: str | None = None,
+    ) -> int:
+        """Chain and commit one row; answers its ``seq`` once it is durable (the stored row's, when
+        ``op_id`` was appended before)."""
         await self._ready()
         assert self._table is not None
         async with self._lock:  # one chain: rows are linked and committed in order
+            if op_id is not None and op_id in self._ops:
+                return self._ops[op_id]
             row = chain(
                 self._last,
                 datetime.now(UTC).isoformat().replace("+00:00", "Z"),
@@ -88,9 +124,14 @@ class AuditLog:
                 rfc8785.dumps(detail).decode(),
                 jcs_sha256,
             )
-            await self._table.append(pa.Table.from_pylist([asdict(row)], schema=AUDIT_SCHEMA))
+            await self._table.append(pa.Table.from_pylist([{**asdict(row), "op_id": op_id}], schema=AUDIT_SCHEMA))
             self._last = row
-            return row
+            if op_id is not None:
+                self._ops[op_id] = row.seq
+                while len(self._ops) > REMEMBERED_OPS:
+                    self._ops.popitem(last=False)
+        await self._table.optimize_if_due(self.config.storage.optimize_every)
+        return row.seq
 
     async def verify(self) -> dict[str, Any]:
         """Recompute the stored chain: ``{"ok", "rows", "first_bad_seq"}``."""
@@ -110,10 +151,40 @@ class AuditLog:
     async def close(self) -> None:
         return None
 
+    # ------------------------------------------------------------ erase journal
+    async def journal_open(self, entry: JournalEntry) -> None:
+        """Record an erase's intent (scope and plan) durably; idempotent by erase id."""
+        await self._ready()
+        await self.journal.open(entry)
+
+    async def journal_finish(self, erase_id: str, certificate: dict[str, Any], row: dict[str, Any]) -> None:
+        """Write the erase's ``Erased`` row (exactly once: ``op_id`` is the erase id), then mark the
+        journal entry done with its certificate. A repeat after a crash between the two finds the row."""
+        await self._ready()
+        await self.append(**row, op_id=erase_id)
+        await self.journal.finish(erase_id, json.dumps(certificate, sort_keys=True))
+
+    async def journal_answered(self, erase_id: str) -> None:
+        await self._ready()
+        await self.journal.answered(erase_id)
+
+    async def journal_unfinished(self) -> list[JournalEntry]:
+        """Entries still pending, and done ones whose certificate no caller has received yet."""
+        await self._ready()
+        return self.journal.unfinished()
+
 
 async def record(
-    directory: Directory, actor: Principal, kind: AuditKind, target: str, outcome: str, detail: dict[str, Any]
+    directory: Directory,
+    actor: Principal,
+    kind: AuditKind,
+    target: str,
+    outcome: str,
+    detail: dict[str, Any],
+    op_id: str | None = None,
 ) -> None:
     """Write one control-plane audit row and return once it is durable; raises when it cannot be written,
-    so the operation it records fails too. ``detail`` must hold no secret."""
-    await directory.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail)
+    so the operation it records fails too. ``detail`` must hold no secret. A fresh ``op_id`` makes the
+    append exactly-once under Ray's retries."""
+    op = op_id or uuid.uuid4().hex
+    await directory.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail, op)

@@ -2,23 +2,34 @@
 
 Guarantees:
 - Single writer of ``beacon_set_<n>_beacons`` and ``beacon_set_<n>_agents``;
-  ``place`` and ``remove`` answer after their row is committed.
+  ``place`` and ``remove`` answer after their row is committed (placed, or
+  deleted).
 - ``place`` is idempotent by beacon id; ``remove`` by anyone but the owner is a
-  NotFound, like a missing beacon.
+  NotFound, like a missing beacon; removing (or deleting) again a beacon among
+  its agent's last ``REMEMBERED_REMOVALS`` removals is a no-op that succeeds
+  (held in memory only: after a restart it is a NotFound).
+- Bounded: a removed beacon leaves memory and its row at once; an expired one
+  leaves at the owner's next ``place`` or at the next sweep (every
+  ``sweep_interval_s``); the vector index is rebuilt when dead rows outnumber
+  live ones. An agent holds at most ``max_per_agent`` beacons.
 - An agent node's vector is the running mean of the cells its agent wrote
   (``observe``); persisted with group commit (soft: a crash may lose the last
   few observations, never a beacon).
 - ``neighbours`` answers for one tenant only, never returns a removed or
   expired beacon, and leaves out the writer's own nodes when asked.
+- Erase steps (``erase``, ``set_agent_sums``) are idempotent and leave no byte
+  of an erased beacon or of an old agent-node sum in the data files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+from collections import deque
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
@@ -31,40 +42,66 @@ from actors.codecs import (
     beacons_from_arrow,
     beacons_to_arrow,
 )
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.erasure import EraseCounts
+from actors.periodic import Periodic
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
+from mesh.partition import stored_bytes
 from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 log = logging.getLogger(__name__)
+REMEMBERED_REMOVALS = 64  # per agent: what makes a repeated removal a no-op
 
 
 @dataclass(frozen=True, slots=True)
 class BeaconSetConfig:
-    storage_uri: str
+    storage: StorageConfig
     index: int
     dims: int
-    commit_window_s: float = 0.002
-    optimize_every: int = 64
-    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
+    sweep_interval_s: float = 60.0  # how often expired beacons are purged (0: only at place)
 
 
 class _TenantNodes:
-    """A tenant's beacons and agent nodes in one index, with who owns each row."""
+    """A tenant's beacons and agent nodes in one index, with who owns each row and when it expires."""
 
     def __init__(self, dims: int) -> None:
         self.index = VectorIndex(dims)
+        self.expires = np.full(256, np.inf, dtype=np.float64)  # epoch seconds, row-aligned; inf: never
         self.kind: dict[str, NodeKind] = {}
         self.agent: dict[str, str] = {}
-        self.expires: dict[str, datetime] = {}
         self.by_agent: dict[str, set[str]] = {}
+        self.dead = 0
 
-    def own(self, node_id: str, kind: NodeKind, agent_id: str) -> None:
+    def put(self, node_id: str, vector: Vector, live: bool, kind: NodeKind, agent_id: str, expires: float = math.inf) -> None:
+        row = self.index.upsert(node_id, vector, live=live)
+        if row >= self.expires.shape[0]:
+            grown = np.full(self.expires.shape[0] * 2, np.inf, dtype=np.float64)
+            grown[: self.expires.shape[0]] = self.expires
+            self.expires = grown
+        self.expires[row] = expires
         self.kind[node_id] = kind
         self.agent[node_id] = agent_id
         self.by_agent.setdefault(agent_id, set()).add(node_id)
+
+    def drop(self, node_id: str) -> None:
+        """Forget ``node_id``: out of every search; its row is reclaimed by the next rebuild."""
+        if self.kind.pop(node_id, None) is None:
+            return
+        self.index.forget(node_id)
+        owners = self.by_agent.get(self.agent.pop(node_id, ""), set())
+        owners.discard(node_id)
+        self.dead += 1
+
+    @property
+    def wasteful(self) -> bool:
+        return self.dead > 256 and self.dead > len(self.kind)
+
+    def mask(self, exclude_agent: str | None, now: float) -> npt.NDArray[np.bool_]:
+        mask: npt.NDArray[np.bool_] = self.expires[: self.index.size] > now
+        for node_id in self.by_agent.get(exclude_agent or "", ()):
+            mask[self.index.row_of(node_id)] = False
+        return mask
 
 
 class BeaconSet:
@@ -77,24 +114,40 @@ class BeaconSet:
         self._agent_table: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
         self._background: set[asyncio.Task[None]] = set()
-        self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by commit_staged
+        self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by apply_staged
         self._stored: set[str] = set()  # beacon and agent ids with a committed row: later changes are upserts
-        self._beacon_commit: GroupCommitter[Beacon] = GroupCommitter(self._flush_beacons, config.commit_window_s, 512)
-        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, config.commit_window_s * 10, 1024)
+        self._skipped = 0  # stored rows the last load could not decode
+        self._removed: dict[str, tuple[str, str]] = {}  # recently removed beacon -> (tenant, agent)
+        self._removed_by_agent: dict[str, deque[str]] = {}
+        window = config.storage.commit_window_s
+        self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(self._flush_beacons, window, 512)
+        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024)
+        self._sweeper = Periodic("expired-beacon sweep", self.sweep, config.sweep_interval_s)
 
     async def _ready(self) -> None:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
+        store = await LanceStore.open(self.config.storage)
         prefix = f"beacon_set_{self.config.index}"
         self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
         self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
-        for beacon in beacons_from_arrow(await self._beacon_table.read_all()):
+        stale = []
+        beacon_rows, agent_rows = await self._beacon_table.read_all(), await self._agent_table.read_all()
+        beacons, nodes = beacons_from_arrow(beacon_rows), agent_nodes_from_arrow(agent_rows)
+        self._skipped = beacon_rows.num_rows - len(beacons) + agent_rows.num_rows - len(nodes)
+        for beacon in beacons:
+            if beacon.removed or beacon.embedding.shape != (self.config.dims,):
+                stale.append(beacon.id)  # removed by a version that kept the row
+                continue
             self._put_beacon(beacon)
-        for node in agent_nodes_from_arrow(await self._agent_table.read_all()):
-            self._put_agent(node)
-        self._stored = set(self.beacons) | set(self.agents)
+        for node in nodes:
+            if node.vector_sum.shape == (self.config.dims,):
+                self._put_agent(node)
+        self._stored = set(self.beacons) | set(self.agents) | set(stale)
+        if stale:
+            await self._beacon_commit.submit([(b, None) for b in stale])
+        self._sweeper.start()
 
     def _tenant(self, tenant_id: str) -> _TenantNodes:
         nodes = self._tenants.get(tenant_id)
@@ -104,51 +157,97 @@ class BeaconSet:
 
     def _put_beacon(self, beacon: Beacon) -> None:
         self.beacons[beacon.id] = beacon
-        nodes = self._tenant(beacon.tenant_id)
-        nodes.index.upsert(beacon.id, beacon.embedding, live=not beacon.removed)
-        nodes.own(beacon.id, NodeKind.BEACON, beacon.agent_id)
-        if beacon.expires_at is not None:
-            nodes.expires[beacon.id] = beacon.expires_at
+        expires = beacon.expires_at.timestamp() if beacon.expires_at is not None else math.inf
+        self._tenant(beacon.tenant_id).put(beacon.id, beacon.embedding, True, NodeKind.BEACON, beacon.agent_id, expires)
 
     def _put_agent(self, node: AgentNode) -> None:
         self.agents[node.agent_id] = node
-        nodes = self._tenant(node.tenant_id)
-        nodes.index.upsert(node.agent_id, node.vector, live=node.count > 0)
-        nodes.own(node.agent_id, NodeKind.AGENT, node.agent_id)
+        self._tenant(node.tenant_id).put(node.agent_id, node.vector, node.count > 0, NodeKind.AGENT, node.agent_id)
+
+    def _drop_beacon(self, beacon: Beacon) -> None:
+        self.beacons.pop(beacon.id, None)
+        recent = self._removed_by_agent.setdefault(beacon.agent_id, deque())
+        recent.append(beacon.id)
+        self._removed[beacon.id] = (beacon.tenant_id, beacon.agent_id)
+        if len(recent) > REMEMBERED_REMOVALS:
+            self._removed.pop(recent.popleft(), None)
+        nodes = self._tenant(beacon.tenant_id)
+        nodes.drop(beacon.id)
+        if nodes.wasteful:
+            self._rebuild(beacon.tenant_id)
+
+    def _rebuild(self, tenant_id: str) -> None:
+        """A fresh index for the tenant with only the nodes it holds (reclaims dead rows)."""
+        self._tenants.pop(tenant_id, None)
+        for beacon in self.beacons.values():
+            if beacon.tenant_id == tenant_id:
+                self._put_beacon(beacon)
+        for node in self.agents.values():
+            if node.tenant_id == tenant_id:
+                self._put_agent(node)
 
     async def health(self) -> dict[str, int]:
         await self._ready()
         return {
-            "beacons": sum(1 for b in self.beacons.values() if not b.removed),
+            "beacons": len(self.beacons),
             "agent_nodes": len(self.agents),
+            "skipped_rows": self._skipped,
             "pid": os.getpid(),
         }
 
+    async def usage(self, tenant_id: str) -> tuple[int, int]:
+        """(beacons, bytes) of ``tenant_id`` held here (what its quotas count)."""
+        await self._ready()
+        held = [b for b in self.beacons.values() if b.tenant_id == tenant_id]
+        return len(held), sum(stored_bytes(b.interest, self.config.dims) for b in held)
+
+    def _expired_of(self, beacons: list[Beacon], now: datetime) -> list[Beacon]:
+        return [b for b in beacons if b.expires_at is not None and b.expires_at <= now]
+
+    async def _purge(self, expired: list[Beacon]) -> None:
+        for beacon in expired:
+            self._drop_beacon(beacon)
+        if expired:
+            await self._beacon_commit.submit([(b.id, None) for b in expired])
+
     async def place(self, beacon: Beacon, max_per_agent: int) -> Beacon:
-        """Idempotent by id; QuotaExceeded past ``max_per_agent`` active beacons."""
+        """Idempotent by id; QuotaExceeded past ``max_per_agent`` beacons (the agent's expired ones
+        are purged first, so only live ones count)."""
         await self._ready()
         existing = self.beacons.get(beacon.id)
         if existing is not None:
             return existing
-        owned = self._tenant(beacon.tenant_id).by_agent.get(beacon.agent_id, set())
-        active = sum(1 for b in owned if b in self.beacons and self.beacons[b].active(beacon.created_at))
-        if active >= max_per_agent:
+        owned = [
+            self.beacons[b] for b in self._tenant(beacon.tenant_id).by_agent.get(beacon.agent_id, set()) if b in self.beacons
+        ]
+        expired = self._expired_of(owned, beacon.created_at)
+        if len(owned) - len(expired) >= max_per_agent:
             raise QuotaExceeded(f"an agent holds at most {max_per_agent} beacons")
         self._put_beacon(beacon)
-        await self._beacon_commit.submit([beacon])
+        for old in expired:
+            self._drop_beacon(old)
+        await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
         return beacon
 
     async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> None:
-        """Remove the caller's own beacon; removing twice is a no-op."""
+        """Remove the caller's own beacon (its row is deleted); removing an absent one is NotFound."""
         await self._ready()
         beacon = self.beacons.get(beacon_id)
-        if beacon is None or beacon.tenant_id != tenant_id or beacon.agent_id != agent_id:
+        if beacon is None:
+            if self._removed.get(beacon_id) == (tenant_id, agent_id):
+                return  # removed before: a no-op
             raise NotFound("beacon not found")
-        if beacon.removed:
-            return
-        beacon.removed = True
-        self._tenant(tenant_id).index.set_live(beacon_id, False)
-        await self._beacon_commit.submit([beacon])
+        if beacon.tenant_id != tenant_id or beacon.agent_id != agent_id:
+            raise NotFound("beacon not found")
+        self._drop_beacon(beacon)
+        await self._beacon_commit.submit([(beacon_id, None)])
+
+    async def sweep(self, now: datetime | None = None) -> int:
+        """Purge every expired beacon (memory and rows); returns how many."""
+        await self._ready()
+        expired = self._expired_of(list(self.beacons.values()), now or datetime.now(UTC))
+        await self._purge(expired)
+        return len(expired)
 
     async def list_for(self, tenant_id: str, agent_id: str, now: datetime) -> list[Beacon]:
         await self._ready()
@@ -156,16 +255,6 @@ class BeaconSet:
             (b for b in self.beacons.values() if b.tenant_id == tenant_id and b.agent_id == agent_id and b.active(now)),
             key=lambda b: b.id,
         )
-
-    async def observe(self, agent_id: str, tenant_id: str, vectors: list[Vector]) -> None:
-        """Move the agent node's running mean by the cells it just wrote."""
-        await self._ready()
-        node = self.agents.get(agent_id) or AgentNode(agent_id, tenant_id, np.zeros(self.config.dims, dtype=np.float64))
-        for vector in vectors:
-            node.vector_sum = node.vector_sum + vector
-            node.count += 1
-        self._put_agent(node)
-        await self._agent_commit.submit([node])
 
     async def neighbours_many(self, requests: list[NeighbourRequest], now: datetime) -> list[dict[str, list[Candidate]]]:
         """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer."""
@@ -179,7 +268,7 @@ class BeaconSet:
             flat = [(n, fid, vec) for n in members for fid, vec in requests[n].queries]
             if nodes is None or nodes.index.size == 0 or not flat:
                 continue
-            mask = self._mask(nodes, exclude, now)
+            mask = nodes.mask(exclude, now.timestamp())
             k = max(requests[n].k for n in members)
             hits = nodes.index.search_many(np.stack([vec for _, _, vec in flat]), k, mask)
             for (n, frontier_id, _), found in zip(flat, hits, strict=True):
@@ -191,17 +280,8 @@ class BeaconSet:
                 ]
         return answers
 
-    def _mask(self, nodes: _TenantNodes, exclude_agent: str | None, now: datetime) -> npt.NDArray[np.bool_]:
-        mask = np.ones(nodes.index.size, dtype=np.bool_)
-        for node_id, expires in nodes.expires.items():
-            if expires <= now:
-                mask[nodes.index.row_of(node_id)] = False
-        for node_id in nodes.by_agent.get(exclude_agent or "", ()):
-            mask[nodes.index.row_of(node_id)] = False
-        return mask
-
     async def observe_many(self, observations: list[tuple[str, str, Vector]]) -> None:
-        """``observe`` for many writes: (agent_id, tenant_id, vector) each."""
+        """Move agent nodes by the cells their agents just wrote: (agent_id, tenant_id, vector) each."""
         await self._ready()
         changed: dict[str, AgentNode] = {}
         for agent_id, tenant_id, vector in observations:
@@ -211,98 +291,102 @@ class BeaconSet:
             self._put_agent(node)
             changed[agent_id] = node
         # Agent nodes are soft state: answer now, commit with the next batch.
-        self._background.add(asyncio.get_running_loop().create_task(self._commit_agents(list(changed.values()))))
+        task = asyncio.get_running_loop().create_task(self._commit_agents(list(changed.values())))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _commit_agents(self, nodes: list[AgentNode]) -> None:
         try:
             await self._agent_commit.submit(nodes)
         except Exception:  # soft state: the next observation commits the node again
             log.warning("agent node commit failed", exc_info=True)
-        finally:
-            self._background = {t for t in self._background if not t.done()}
 
     async def locate(self, beacon_id: str) -> str | None:
         """The tenant of a stored beacon, or None when this set does not hold it."""
         await self._ready()
         beacon = self.beacons.get(beacon_id)
-        return beacon.tenant_id if beacon is not None else None
+        if beacon is not None:
+            return beacon.tenant_id
+        removed = self._removed.get(beacon_id)
+        return removed[0] if removed is not None else None
 
     async def delete_beacon(self, beacon_id: str) -> bool:
-        """An operator's delete: the beacon stops attracting diffs; False when it already had."""
+        """An operator's delete: the beacon is removed; False when it already was."""
         await self._ready()
         beacon = self.beacons.get(beacon_id)
-        if beacon is None or beacon.removed:
+        if beacon is None:
             return False
         await self.remove(beacon.tenant_id, beacon.agent_id, beacon_id)
         return True
 
-    async def erase(
-        self,
-        agent_id: str | None,
-        beacon_ids: list[str],
-        writers: WriterSums,
-        dry_run: bool,
-    ) -> EraseCounts:
-        """Erase beacons (by id, or all of ``agent_id``'s), ``agent_id``'s agent node, and take each
-        writer's erased cells out of its agent node's running mean. Rows and old versions go too."""
+    # ------------------------------------------------------------------- erase
+    def _doomed(self, agent_id: str | None, beacon_ids: list[str]) -> list[Beacon]:
+        wanted = set(beacon_ids)
+        return [b for b in self.beacons.values() if b.id in wanted or (agent_id is not None and b.agent_id == agent_id)]
+
+    async def erase_count(self, agent_id: str | None, beacon_ids: list[str], writers: list[str]) -> tuple[int, int]:
+        """(nodes an erase would remove here, agent nodes it would recompute here); nothing changes."""
         await self._ready()
-        doomed = [b for b in self.beacons.values() if b.id in beacon_ids or (agent_id is not None and b.agent_id == agent_id)]
-        node = self.agents.get(agent_id) if agent_id is not None else None
-        adjusted = [a for a in writers if a in self.agents and a != agent_id]
-        counts = EraseCounts(
-            nodes_removed=len(doomed) + (node is not None), aggregates_recomputed=len(adjusted), tombstones_propagated=1
-        )
-        if dry_run or (not doomed and node is None and not adjusted):
-            return counts  # a dry run, or nothing held here: acknowledged, no rewrite
+        nodes = len(self._doomed(agent_id, beacon_ids)) + (agent_id is not None and agent_id in self.agents)
+        return nodes, sum(1 for w in writers if w in self.agents and w != agent_id)
+
+    async def erase(self, agent_id: str | None, beacon_ids: list[str]) -> None:
+        """Erase beacons (by id, or all of ``agent_id``'s) and ``agent_id``'s agent node, from memory
+        and every data file. Idempotent."""
+        await self._ready()
+        doomed = self._doomed(agent_id, beacon_ids)
         for beacon in doomed:
-            del self.beacons[beacon.id]
-            nodes = self._tenant(beacon.tenant_id)
-            nodes.index.erase(beacon.id)
-            nodes.expires.pop(beacon.id, None)
-            nodes.by_agent.get(beacon.agent_id, set()).discard(beacon.id)
+            self._drop_beacon(beacon)
+        node = self.agents.pop(agent_id, None) if agent_id is not None else None
         if node is not None:
-            del self.agents[node.agent_id]
-            self._tenant(node.tenant_id).index.erase(node.agent_id)
-        changed = []
-        for writer in adjusted:
-            current = self.agents[writer]
-            total, count = writers[writer]
-            current.vector_sum = current.vector_sum - total
-            current.count = max(0, current.count - count)
-            if current.count == 0:
-                current.vector_sum = np.zeros(self.config.dims, dtype=np.float64)
-            self._put_agent(current)
-            changed.append(current)
+            self._tenant(node.tenant_id).drop(node.agent_id)
+        await self._drained()
+        assert self._beacon_table is not None and self._agent_table is not None
+        await self._beacon_table.erase_rows("id", {*beacon_ids, *(b.id for b in doomed)})
+        if agent_id is not None:
+            await self._agent_table.erase_rows("id", [agent_id])
+        self._stored -= {b.id for b in doomed} | ({agent_id} if agent_id is not None else set())
+
+    async def set_agent_sums(self, tenant_id: str, sums: WriterSums, agent_ids: list[str]) -> None:
+        """Set the agent nodes of ``agent_ids`` held here to ``sums`` (absent: no cells left), recomputed
+        after an erase; their old sums leave the data files. Idempotent (absolute values)."""
+        await self._ready()
+        changed: list[AgentNode] = []
+        for agent_id in agent_ids:
+            if agent_id not in self.agents:
+                continue
+            total, count = sums.get(agent_id, (np.zeros(self.config.dims, dtype=np.float64), 0))
+            node = AgentNode(agent_id, tenant_id, np.asarray(total, dtype=np.float64).copy(), count)
+            self._put_agent(node)
+            changed.append(node)
+        if not changed:
+            return
+        await self._drained()
+        assert self._agent_table is not None
+        await self._agent_table.erase_rows("id", [], agent_nodes_to_arrow(changed, self.config.dims))
+        self._stored.update(n.agent_id for n in changed)
+
+    async def _drained(self) -> None:
+        """Every change queued before this call is committed (an erase then rewrites what it left)."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        await self._beacon_commit.close()
-        await self._agent_commit.close()
-        assert self._beacon_table is not None and self._agent_table is not None
-        await self._beacon_table.delete_where_in("id", sorted(b.id for b in doomed))
-        if node is not None:
-            await self._agent_table.delete_where_in("id", [node.agent_id])
-        self._stored -= {b.id for b in doomed} | ({node.agent_id} if node is not None else set())
-        await self._agent_table.upsert(agent_nodes_to_arrow(changed, self.config.dims))
-        await self._beacon_table.purge()
-        await self._agent_table.purge()
-        return counts
+        await self._beacon_commit.flush()
+        await self._agent_commit.flush()
 
     # ----------------------------------------------------------------- reembed
     async def reembed_count(self) -> int:
         await self._ready()
-        return sum(1 for b in self.beacons.values() if not b.removed)
+        return len(self.beacons)
 
     async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]:
         """(id, interest) of up to ``limit`` beacons in id order after ``after`` without a staged vector."""
         await self._ready()
-        ids = sorted(
-            b.id for b in self.beacons.values() if not b.removed and (after is None or b.id > after) and b.id not in self._staged
-        )
+        ids = sorted(b.id for b in self.beacons.values() if (after is None or b.id > after) and b.id not in self._staged)
         return [(bid, self.beacons[bid].interest) for bid in ids[:limit]]
 
     async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
         await self._ready()
-        self._staged.update(vectors)
+        self._staged.update((bid, v) for bid, v in vectors if bid in self.beacons)
 
     def _switched(self, engine: str, writers: WriterSums) -> tuple[list[Beacon], list[AgentNode]]:
         beacons = [replace(b, embedding=self._staged[b.id], engine=engine) for b in self.beacons.values() if b.id in self._staged]
@@ -322,8 +406,7 @@ class BeaconSet:
     async def persist_staged(self, engine: str, writers: WriterSums) -> None:
         """Phase one of a reembed switch: write the new beacon vectors and agent-node means; memory unchanged."""
         await self._ready()
-        await self._beacon_commit.close()
-        await self._agent_commit.close()
+        await self._drained()
         await self._write(*self._switched(engine, writers))
 
     async def apply_staged(self, engine: str, writers: WriterSums) -> None:
@@ -347,26 +430,29 @@ class BeaconSet:
         self._staged = {}
 
     async def close(self) -> None:
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-        await self._beacon_commit.close()
-        await self._agent_commit.close()
+        await self._sweeper.stop()
+        await self._drained()
 
-    async def _flush_beacons(self, beacons: list[Beacon]) -> None:
-        """New beacons are appended; removals upserted (a merge over the whole table costs far more)."""
+    async def _flush_beacons(self, changes: list[tuple[str, Beacon | None]]) -> None:
+        """Placed beacons are appended (a merge over the whole table costs far more), changed ones
+        upserted, removed ones deleted; only the latest change of an id counts."""
         assert self._beacon_table is not None
-        latest = {b.id: b for b in beacons}
+        latest = dict(changes)
         dims = self.config.dims
-        await self._beacon_table.append(beacons_to_arrow((b for i, b in latest.items() if i not in self._stored), dims))
-        await self._beacon_table.upsert(beacons_to_arrow((b for i, b in latest.items() if i in self._stored), dims))
-        self._stored.update(latest)
-        await self._beacon_table.optimize_if_due(self.config.optimize_every)
+        puts = {i: b for i, b in latest.items() if b is not None and self.beacons.get(i) is b}
+        gone = [i for i, b in latest.items() if b is None and i in self._stored]
+        await self._beacon_table.append(beacons_to_arrow((b for i, b in puts.items() if i not in self._stored), dims))
+        await self._beacon_table.upsert(beacons_to_arrow((b for i, b in puts.items() if i in self._stored), dims))
+        await self._beacon_table.delete_where_in("id", gone)
+        self._stored.update(puts)
+        self._stored.difference_update(gone)
+        await self._beacon_table.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_agents(self, nodes: list[AgentNode]) -> None:
         assert self._agent_table is not None
-        latest = {n.agent_id: n for n in nodes}
+        latest = {n.agent_id: n for n in nodes if self.agents.get(n.agent_id) is n}
         dims = self.config.dims
         await self._agent_table.append(agent_nodes_to_arrow((n for i, n in latest.items() if i not in self._stored), dims))
         await self._agent_table.upsert(agent_nodes_to_arrow((n for i, n in latest.items() if i in self._stored), dims))
         self._stored.update(latest)
-        await self._agent_table.optimize_if_due(self.config.optimize_every)
+        await self._agent_table.optimize_if_due(self.config.storage.optimize_every)

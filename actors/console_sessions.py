@@ -10,6 +10,9 @@ Guarantees:
   oldest operator out; for pending logins, the oldest login must start again).
   Expired entries are purged on every insert, so memory stays bounded.
 - A pending login is taken at most once: a replayed callback finds nothing.
+- One client address (an IPv6 /64) holds at most ``per_owner`` pending
+  logins: its next one drops its oldest, so a flood from one address cannot
+  fill the table and lock other operators out.
 - A session says who logged in (agent id and OIDC subject), not what they may
   do: the console gate re-resolves the agent's principal on every request, so
   a revoked or suspended agent's sessions stop working at once.
@@ -22,15 +25,16 @@ Time is a parameter (``now``) of every call, so the rules replay in tests.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import secrets
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Generic, TypeVar
 
 from mesh.errors import QuotaExceeded
 
-__all__ = ["ConsoleSession", "ConsoleSessions", "PendingLogin", "PendingLogins"]
+__all__ = ["ConsoleSession", "ConsoleSessions", "PendingLogin", "PendingLogins", "address_owner"]
 
 V = TypeVar("V")
 
@@ -64,6 +68,10 @@ class _ExpiringMap(Generic[V]):
         expires_at = now + self.ttl
         self._entries[_digest(token)] = (expires_at, value)
         return expires_at
+
+    def has(self, token: str, now: datetime) -> bool:
+        entry = self._entries.get(_digest(token))
+        return entry is not None and entry[0] > now
 
     def full(self, now: datetime) -> bool:
         """True when ``capacity`` unexpired values are held (a ``put`` would then drop the oldest)."""
@@ -145,20 +153,42 @@ class PendingLogin:
     redirect_uri: str
 
 
+def address_owner(address: str) -> str:
+    """Whose pending logins an address counts against: the address, or its /64 for IPv6."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if parsed.version == 6:
+        return str(ipaddress.ip_network(f"{parsed}/64", strict=False))
+    return str(parsed)
+
+
 class PendingLogins:
     """Logins begun at ``/admin/auth/login``, keyed by their OAuth ``state``, taken once by the callback."""
 
-    def __init__(self, ttl_s: float, capacity: int) -> None:
+    def __init__(self, ttl_s: float, capacity: int, per_owner: int = 8) -> None:
         self._map: _ExpiringMap[PendingLogin] = _ExpiringMap(ttl_s, capacity)
+        self._per_owner = per_owner
+        self._by_owner: dict[str, deque[str]] = {}
 
     def __len__(self) -> int:
         return len(self._map)
 
-    def put(self, state: str, login: PendingLogin, now: datetime) -> datetime:
-        """Keep ``login`` pending; QuotaExceeded when the table is full of unexpired logins (a flood of
-        ``/admin/auth/login`` must not push real operators' logins out)."""
+    def put(self, state: str, login: PendingLogin, now: datetime, owner: str = "") -> datetime:
+        """Keep ``login`` pending for ``owner`` (``address_owner`` of the client): past ``per_owner`` of its
+        own, the owner's oldest is dropped; QuotaExceeded when the table is full of unexpired logins."""
+        mine = self._by_owner.setdefault(owner, deque())
+        while mine and not self._map.has(mine[0], now):
+            mine.popleft()  # taken or expired
+        while len(mine) >= self._per_owner:
+            self._map.pop(mine.popleft(), now)
         if self._map.full(now):
             raise QuotaExceeded("too many logins are in progress: try again in a few minutes")
+        if len(self._by_owner) > self._map.capacity:
+            self._by_owner = {o: q for o, q in self._by_owner.items() if any(self._map.has(t, now) for t in q)}
+            mine = self._by_owner.setdefault(owner, mine)
+        mine.append(state)
         return self._map.put(state, login, now)
 
     def take(self, state: str | None, now: datetime) -> PendingLogin | None:

@@ -19,16 +19,18 @@ import logging
 import os
 import re
 import threading
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from mesh.errors import ConfigInvalid, EmbeddingFailed
+from mesh.errors import ConfigInvalid, EmbeddingFailed, RateLimited
 
 Matrix = npt.NDArray[np.float32]
 log = logging.getLogger(__name__)
@@ -166,28 +168,51 @@ class SwitchGate:
                 self._cond.notify_all()
 
 
+@dataclass(slots=True)
+class _Request:
+    texts: list[str]
+    future: asyncio.Future[Matrix]
+    owner: str
+
+
 class Embedder:
-    """Embeds text off the event loop, batching concurrent requests.
+    """Embeds text off the event loop, batching concurrent requests, fairly and within bounds.
 
     Requests that arrive while a batch is encoding are encoded together in the
     next batch (up to ``max_batch`` texts), which is how single-cell writes
     approach the model's batched throughput. One worker thread: the model is
     not shared across threads, and torch uses its own intra-op threads.
 
-    Background work (a reembed) goes through :meth:`embed_background` in
-    small chunks that are encoded only when no live request waits, so a live
-    query waits behind at most one chunk, not behind a whole corpus.
+    Guarantees:
+    - Fair: requests queue per owner (the caller's tenant) and a batch takes
+      them round-robin across owners, so one tenant's backlog delays another
+      tenant's request by about one batch, not by the whole backlog.
+    - Bounded: at most ``max_queued`` texts wait in all, and at most
+      ``max_queued_per_owner`` of one owner; beyond, ``embed`` raises
+      RateLimited (429 with ``Retry-After``) at once instead of queueing.
+    - A request whose caller stopped waiting (a timed-out or cancelled request)
+      is dropped before it is encoded; it costs the model nothing.
+    - Background work (a reembed) goes through :meth:`embed_background` in
+      small chunks that are encoded only when no live request waits, so a live
+      query waits behind at most one chunk, not behind a whole corpus.
     """
 
     BACKGROUND_CHUNK = 32
 
-    def __init__(self, engine: EmbeddingEngine, max_batch: int = 64) -> None:
+    def __init__(
+        self, engine: EmbeddingEngine, max_batch: int = 64, max_queued: int = 4096, max_queued_per_owner: int = 1024
+    ) -> None:
         self.engine = engine
         self._max_batch = max_batch
+        self._max_queued = max_queued
+        self._max_per_owner = max_queued_per_owner
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed")
-        self._queue: list[tuple[list[str], asyncio.Future[Matrix]]] = []
-        self._background: list[tuple[list[str], asyncio.Future[Matrix]]] = []
+        self._queues: OrderedDict[str, deque[_Request]] = OrderedDict()  # owners in round-robin order
+        self._queued = 0
+        self._queued_by: dict[str, int] = {}
+        self._background: deque[_Request] = deque()
         self._worker: asyncio.Task[None] | None = None
+        self.dropped = 0  # requests dropped unencoded because their caller stopped waiting
         self.gate = SwitchGate()
 
     def swap(self, engine: EmbeddingEngine) -> None:
@@ -204,59 +229,104 @@ class Embedder:
     def name(self) -> str:
         return self.engine.name
 
+    @property
+    def queued(self) -> int:
+        """Texts waiting for the model (live requests only)."""
+        return self._queued
+
     async def warm_up(self) -> None:
         await self.embed(["warm up"])
 
-    async def embed(self, texts: list[str]) -> Matrix:
+    async def embed(self, texts: list[str], owner: str = "") -> Matrix:
+        """One vector per text, in order; RateLimited when the queue (or ``owner``'s share) is full."""
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        return await self._enqueue(self._queue, texts)
+        n = len(texts)
+        if self._queued + n > self._max_queued or self._queued_by.get(owner, 0) + n > self._max_per_owner:
+            raise RateLimited("the embedding queue is full: retry in a moment", retry_after=1)
+        request = _Request(texts, asyncio.get_running_loop().create_future(), owner)
+        self._queues.setdefault(owner, deque()).append(request)
+        self._queued += n
+        self._queued_by[owner] = self._queued_by.get(owner, 0) + n
+        self._wake()
+        return await request.future
 
     async def embed_background(self, texts: list[str]) -> Matrix:
         """Like ``embed``, at lower priority: chunks of ``BACKGROUND_CHUNK`` texts, each encoded only
         when no live request is waiting."""
-        parts = [
-            await self._enqueue(self._background, texts[start : start + self.BACKGROUND_CHUNK])
-            for start in range(0, len(texts), self.BACKGROUND_CHUNK)
-        ]
+        parts = []
+        for start in range(0, len(texts), self.BACKGROUND_CHUNK):
+            request = _Request(texts[start : start + self.BACKGROUND_CHUNK], asyncio.get_running_loop().create_future(), "")
+            self._background.append(request)
+            self._wake()
+            parts.append(await request.future)
         return np.concatenate(parts) if parts else np.zeros((0, self.dims), dtype=np.float32)
 
-    async def _enqueue(self, queue: list[tuple[list[str], asyncio.Future[Matrix]]], texts: list[str]) -> Matrix:
-        future: asyncio.Future[Matrix] = asyncio.get_running_loop().create_future()
-        queue.append((texts, future))
+    def _wake(self) -> None:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain())
-        return await future
 
-    async def embed_one(self, text: str) -> npt.NDArray[np.float32]:
-        row: npt.NDArray[np.float32] = (await self.embed([text]))[0]
+    async def embed_one(self, text: str, owner: str = "") -> npt.NDArray[np.float32]:
+        row: npt.NDArray[np.float32] = (await self.embed([text], owner))[0]
         return row
+
+    def _leave(self, request: _Request) -> None:
+        self._queued -= len(request.texts)
+        left = self._queued_by.get(request.owner, 0) - len(request.texts)
+        if left > 0:
+            self._queued_by[request.owner] = left
+        else:
+            self._queued_by.pop(request.owner, None)
+
+    def _next_batch(self) -> list[_Request]:
+        """Live requests round-robin across owners, up to ``max_batch`` texts (a larger request alone);
+        requests nobody waits for any more leave without being encoded."""
+        batch: list[_Request] = []
+        size = 0
+        progressed = True
+        while self._queues and progressed and size < self._max_batch:
+            progressed = False
+            for owner in list(self._queues):
+                queue = self._queues[owner]
+                while queue and queue[0].future.done():  # cancelled: its caller stopped waiting
+                    self._leave(queue.popleft())
+                    self.dropped += 1
+                if queue and (not batch or size + len(queue[0].texts) <= self._max_batch):
+                    request = queue.popleft()
+                    self._leave(request)
+                    batch.append(request)
+                    size += len(request.texts)
+                    progressed = True
+                if not queue:
+                    del self._queues[owner]
+                else:
+                    self._queues.move_to_end(owner)  # the next batch starts with the next owner
+                if size >= self._max_batch:
+                    break
+        return batch
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
-        while self._queue or self._background:
-            batch: list[tuple[list[str], asyncio.Future[Matrix]]] = []
-            size = 0
-            while self._queue and (not batch or size + len(self._queue[0][0]) <= self._max_batch):
-                item = self._queue.pop(0)
-                batch.append(item)
-                size += len(item[0])
+        while self._queues or self._background:
+            batch = self._next_batch()
             if not batch:  # nothing live waits: one background chunk
-                batch.append(self._background.pop(0))
-            texts = [t for chunk, _ in batch for t in chunk]
+                if not self._background:
+                    continue
+                batch.append(self._background.popleft())
+            texts = [t for request in batch for t in request.texts]
             try:
                 vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)
             except Exception:  # every waiter learns of it
                 log.exception("embedding failed")
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(EmbeddingFailed("the embedding engine failed"))
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(EmbeddingFailed("the embedding engine failed"))
                 continue
             offset = 0
-            for chunk, future in batch:
-                if not future.done():
-                    future.set_result(vectors[offset : offset + len(chunk)])
-                offset += len(chunk)
+            for request in batch:
+                if not request.future.done():
+                    request.future.set_result(vectors[offset : offset + len(request.texts)])
+                offset += len(request.texts)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -17,7 +17,6 @@ Guarantees:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
+from actors.storage import write_private_file
 from mesh.errors import ValidationFailed
 
 ALGORITHM = "Ed25519"
@@ -43,13 +43,10 @@ class ErasureSigner:
         if path.exists():
             return cls(OKPKey.import_key(json.loads(path.read_text())))
         key = OKPKey.generate_key("Ed25519", auto_kid=True)
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            write_private_file(path, json.dumps(key.as_dict(private=True)))
         except FileExistsError:  # another start won the race: use its key
             return cls(OKPKey.import_key(json.loads(path.read_text())))
-        with os.fdopen(fd, "w") as handle:
-            json.dump(key.as_dict(private=True), handle)
         return cls(key)
 
     @property

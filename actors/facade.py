@@ -1,10 +1,14 @@
 """The facade every transport calls: one object, the whole application core.
 
 REST, gRPC (and later MCP, WebSocket and A2A) all do the same three things:
-``await memesh.authenticate(key, bucket)`` for a principal charged to a
+``await memesh.authenticate(key, bucket, client)`` for a principal charged to a
 rate-limit bucket, one use case on ``memesh.memory`` or ``memesh.identity``,
 and encoding the answer. Nothing in a transport decides authority, tenancy or
 limits.
+
+Refused credentials are charged too: each client address has an
+``AuthFailures`` bucket, and once it is empty that address gets 429 before its
+keys are even looked up, so guessing keys costs the guesser, not the registry.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from actors.inbox_service import InboxLimits, InboxService
 from actors.memory_service import MemoryLimits, MemoryService
 from actors.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from actors.reembed import ReembedRunner
-from mesh.errors import MemeshError, Unavailable
+from actors.usage import Quotas, UsageLedger
+from mesh.errors import MemeshError, Unauthorized, Unavailable
 from mesh.identity import Principal
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.tuning import RecallTuning
@@ -39,6 +44,7 @@ class Bucket(StrEnum):
     WRITE = "Write"
     INBOX = "Inbox"
     ADMIN = "Admin"
+    AUTH_FAILURES = "AuthFailures"  # per client address, charged by refused credentials
 
 
 class Memesh:
@@ -56,15 +62,19 @@ class Memesh:
         signer: ErasureSigner | None = None,
         reembed_target: Callable[[], EmbeddingEngine] | None = None,
         observatory: ObservatoryHubConfig = ObservatoryHubConfig(),
+        quotas: Quotas = Quotas(),
+        bootstrap_subject: str | None = None,
+        health_cache_s: float = 1.0,
     ) -> None:
         """``signer`` signs erasure certificates; ``reembed_target`` makes the configured engine a
         reembed moves the corpus to (default: the serving engine, re-run in place)."""
         self.directory = directory
         self.embedder = embedder
         ids = IdSource(clock)
-        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits)
-        self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic)
-        self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits)
+        self.usage = UsageLedger(directory, quotas, monotonic)
+        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits, self.usage)
+        self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
+        self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)
         self.data = DataService(directory, ids, clock, signer, embedder.gate)
         self.descriptors = DescriptorService(directory, clock)
@@ -73,22 +83,52 @@ class Memesh:
         )
         self._buckets = TokenBuckets(rate_policies)
         self._monotonic = monotonic
+        self._health_cache_s = health_cache_s
+        self._health: tuple[float, dict[str, Any]] | None = None
+        self._health_check: asyncio.Task[dict[str, Any]] | None = None
 
     async def _record_corpus_engine(self, engine: str) -> None:
         await self.directory.registry().call("set_corpus_engine", engine)
 
-    async def authenticate(self, key: str | None, bucket: Bucket) -> Principal:
+    async def principal(self, key: str | None, client: str | None = None) -> Principal:
+        """The principal of ``key`` (Unauthorized when none). A refused key charges ``client``'s
+        ``AuthFailures`` bucket; an address whose bucket is empty is RateLimited before any lookup."""
+        address = client or "unknown"
+        self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic())
+        try:
+            return await self.identity.authenticate(key)
+        except Unauthorized:
+            self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic())
+            raise
+
+    async def authenticate(self, key: str | None, bucket: Bucket, client: str | None = None) -> Principal:
         """The caller's principal, charged one token of ``bucket`` (RateLimited when empty)."""
-        principal = await self.identity.authenticate(key)
+        principal = await self.principal(key, client)
         self.charge(principal, bucket)
         return principal
 
-    def charge(self, principal: Principal, bucket: Bucket) -> None:
-        """Take one token of ``bucket`` from the caller, or raise RateLimited with Retry-After."""
-        self._buckets.charge(bucket.value, principal.agent_id, self._monotonic())
+    def charge(self, principal: Principal, bucket: Bucket, cost: float = 1.0) -> None:
+        """Take ``cost`` tokens of ``bucket`` from the caller, or raise RateLimited with Retry-After."""
+        self._buckets.charge(bucket.value, principal.agent_id, self._monotonic(), cost)
+
+    def charge_address(self, address: str, bucket: Bucket) -> None:
+        """Charge an unauthenticated caller by its address (a console login not yet made)."""
+        self._buckets.charge(bucket.value, f"address:{address}", self._monotonic())
 
     async def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
-        """Each actor's own figures; Unavailable when one does not answer in time."""
+        """Each actor's own figures; Unavailable when one does not answer in time. Answered from one
+        actor round at most every ``health_cache_s`` (concurrent callers share a round in flight), so
+        the unauthenticated ``/healthz`` cannot multiply actor calls."""
+        now = self._monotonic()
+        if self._health is not None and now - self._health[0] < self._health_cache_s:
+            return self._health[1]
+        if self._health_check is None or self._health_check.done():
+            self._health_check = asyncio.get_running_loop().create_task(self._check_health(timeout_s))
+        answer = await asyncio.shield(self._health_check)
+        self._health = (self._monotonic(), answer)
+        return answer
+
+    async def _check_health(self, timeout_s: float) -> dict[str, Any]:
         spec = self.directory.spec
         try:
             answers = await asyncio.wait_for(asyncio.gather(*(ref.call("health") for ref in all_refs(self.directory))), timeout_s)
@@ -101,9 +141,15 @@ class Memesh:
         return {
             "cells": sum(s["cells"] for s in shards),
             "scenes": sum(s["scenes"] for s in shards),
+            "walk_backlog": sum(s.get("walk_backlog", 0) for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),
             "inboxes": sum(i["inboxes"] for i in inboxes),
+            "deliveries": sum(i.get("deliveries", 0) for i in inboxes),
+            "deliveries_dropped_acked": sum(i.get("dropped_acked", 0) for i in inboxes),
+            "deliveries_dropped_unacked": sum(i.get("dropped_unacked", 0) for i in inboxes),
             "agents": answers[registry_at]["agents"],
+            "sessions": answers[registry_at].get("sessions", 0),
+            "skipped_rows": sum(a.get("skipped_rows", 0) for a in answers),
             "actors": len(answers),
             "embedding_engine": self.embedder.name,
         }
@@ -111,5 +157,6 @@ class Memesh:
     async def close(self) -> None:
         await self.observatory.close()
         await self.reembed.wait(60.0)
+        await self.data.wait_idle(60.0)
         self.embedder.close()
         await self.directory.close()

@@ -10,18 +10,32 @@ Guarantees:
 - Authority follows spec section 5: a ProjectAdmin is confined to its tenant
   (reads outside it are 404, mutations 403); non-admins are refused before any
   dispatch.
+- Every open stream of an agent is told at once when its credential changes
+  (``watch``): revoke, suspend and rotate set the stream's event, and the
+  stream re-checks its key before anything else is sent.
+- A key that failed is remembered (a negative cache, cleared by any lifecycle
+  change), so repeating a bogus key costs no registry round trip.
+- Every lifecycle mutation (issue, revoke, suspend, reinstate, rotate, subject
+  binding) writes its audit row before the change is made, and answers once
+  both are durable: no change is ever visible without its row. A change that
+  then fails for good adds a row with outcome ``failed``.
 - Federated subjects (the console's OIDC logins): ``principal_for_subject``
   answers only for an *active* agent and is asked afresh on every console
   request, so revoking or suspending the agent ends its console sessions at
-  once. Only a ServiceAdmin binds a subject to a ServiceAdmin agent. Login rows
-  (AuthSuccess / AuthFailure) hold subjects, agent ids and reasons, never a
-  code, token, cookie or client secret.
+  once. Only a ServiceAdmin binds a subject to a ServiceAdmin agent; the
+  configured bootstrap subject can only ever be bound to a ServiceAdmin. Login
+  rows (AuthSuccess / AuthFailure) hold subjects, agent ids and reasons, never
+  a code, token, cookie or client secret.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +43,7 @@ from actors.audit_log import record
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from mesh.audit import AuditKind
-from mesh.errors import ConfigInvalid, Conflict, Forbidden, Unauthorized, ValidationFailed
+from mesh.errors import Conflict, Forbidden, MemeshError, Unauthorized, ValidationFailed
 from mesh.identity import (
     Agent,
     AgentStatus,
@@ -39,12 +53,18 @@ from mesh.identity import (
     check_can_mutate_agent,
     check_can_read_agent,
     check_display_name,
+    check_read_scope,
     hash_key,
     looks_like_key,
     parse_roles,
     require_admin,
     require_service_admin,
+    transition,
 )
+
+log = logging.getLogger(__name__)
+NEGATIVE_CACHE = 10_000
+NEGATIVE_TTL_S = 60.0
 
 LIFECYCLE_ACTIONS = ("revoke", "suspend", "reinstate", "rotate")
 _ACTION_KINDS = {
@@ -78,14 +98,19 @@ class IdentityService:
         clock: Clock,
         cache_ttl_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
+        bootstrap_subject: str | None = None,
     ) -> None:
+        """``bootstrap_subject`` (``admin.bootstrap_oidc_subject``) is reserved for a ServiceAdmin."""
         self._dir = directory
         self._ids = ids
         self._clock = clock
         self._ttl = cache_ttl_s
         self._monotonic = monotonic
+        self._bootstrap_subject = bootstrap_subject
         self._cache: dict[str, tuple[Principal, float]] = {}
         self._hashes_of: dict[str, set[str]] = {}
+        self._refused: OrderedDict[str, float] = OrderedDict()  # key hash -> until (monotonic)
+        self._watchers: dict[str, set[asyncio.Event]] = {}
         self._epoch = 0  # bumped by every invalidation; an answer fetched across a bump is not cached
 
     async def authenticate(self, key: str | None) -> Principal:
@@ -96,10 +121,18 @@ class IdentityService:
         now = self._monotonic()
         if cached is not None and cached[1] > now:
             return cached[0]
+        refused = self._refused.get(key_hash)
+        if refused is not None and refused > now:
+            raise Unauthorized("a valid x-service-key is required")
         epoch = self._epoch
         principal: Principal | None = await self._dir.registry().call("authenticate", key_hash)
         if principal is None:
             self._cache.pop(key_hash, None)
+            if epoch == self._epoch:
+                self._refused[key_hash] = now + NEGATIVE_TTL_S
+                self._refused.move_to_end(key_hash)
+                while len(self._refused) > NEGATIVE_CACHE:
+                    self._refused.popitem(last=False)
             raise Unauthorized("a valid x-service-key is required")
         if epoch != self._epoch:
             return principal  # a lifecycle change ran meanwhile: answer, but do not cache what may be stale
@@ -112,8 +145,32 @@ class IdentityService:
 
     def _invalidate(self, agent_id: str) -> None:
         self._epoch += 1
+        self._refused.clear()  # a reinstated agent's key must work on the next request
         for key_hash in self._hashes_of.pop(agent_id, set()):
             self._cache.pop(key_hash, None)
+        for event in self._watchers.get(agent_id, ()):
+            event.set()
+
+    @contextmanager
+    def watch(self, agent_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever ``agent_id``'s credential or status changes on this head (revoke,
+        suspend, rotate, reinstate) or its console sessions end: an open stream waits on it and then
+        checks its credential again before it sends anything else. Clear it after each check."""
+        event = asyncio.Event()
+        self._watchers.setdefault(agent_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            watchers = self._watchers.get(agent_id)
+            if watchers is not None:
+                watchers.discard(event)
+                if not watchers:
+                    del self._watchers[agent_id]
+
+    def nudge(self, agent_id: str) -> None:
+        """Make every open stream of ``agent_id`` check its credential again now (a logout, say)."""
+        for event in self._watchers.get(agent_id, ()):
+            event.set()
 
     async def issue(
         self,
@@ -135,22 +192,45 @@ class IdentityService:
             raise ValidationFailed("tenant_id must be 1 to 128 printable characters")
         parsed = parse_roles(roles)
         name = check_display_name(display_name)
+        scope = check_read_scope(read_scope or ())
         try:
             check_can_issue(actor, tenant_id, parsed)
         except Forbidden:
             await self._audit(actor, AuditKind.AUTHZ_DENIED, tenant_id, "denied", {"action": "issue", "roles": sorted(roles)})
             raise
         if subject is not None:
-            await self._check_subject_free(subject)  # before issuing: a refused bind must not leave an agent behind
-        agent, plaintext = await self._dir.registry().call(
-            "issue", self._ids.new(), tenant_id, name, parsed, frozenset(read_scope or ()), self._clock()
+            # Before issuing: a refused bind must not leave an agent behind.
+            await self._check_subject_free(actor, subject, Role.SERVICE_ADMIN in parsed)
+        agent_id = self._ids.new()
+        await self._audit(actor, AuditKind.AGENT_ISSUED, agent_id, "ok", {"tenant_id": tenant_id, "roles": sorted(roles)})
+        agent, plaintext = await self._after_row(
+            actor,
+            AuditKind.AGENT_ISSUED,
+            agent_id,
+            self._dir.registry().call("issue", agent_id, tenant_id, name, parsed, scope, self._clock()),
         )
         assert plaintext is not None
-        await self._audit(actor, AuditKind.AGENT_ISSUED, agent.id, "ok", {"tenant_id": tenant_id, "roles": sorted(roles)})
         if subject is not None:
-            await self._dir.registry().call("bind_subject", subject, agent.id, self._clock())
             await self._audit(actor, AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject})
+            await self._after_row(
+                actor,
+                AuditKind.SUBJECT_BOUND,
+                agent.id,
+                self._dir.registry().call("bind_subject", subject, agent.id, self._clock()),
+            )
         return IssuedCredential(agent, plaintext)
+
+    async def _after_row(self, actor: Principal, kind: AuditKind, target: str, change: Any) -> Any:
+        """Make ``change`` (an awaitable) whose row is already durable; if it fails for good, say so in a
+        second row (best effort) and raise."""
+        try:
+            return await change
+        except MemeshError as exc:
+            try:
+                await self._audit(actor, kind, target, "failed", {"error": str(exc.code)})
+            except MemeshError:
+                log.error("the failure row of %s on %s could not be written", kind.value, target)
+            raise
 
     async def get(self, actor: Principal, agent_id: str) -> Agent:
         require_admin(actor)
@@ -180,16 +260,24 @@ class IdentityService:
         if target.bootstrap and action in ("revoke", "suspend") and target.id == actor.agent_id:
             await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action, "reason": "self"})
             raise Forbidden("the bootstrap admin cannot disable itself")
+        transition(target, action, self._clock(), new_key_hash="-" * 64)  # refused transitions fail before the row
+        await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         self._invalidate(agent_id)
         try:
-            agent, plaintext = await self._dir.registry().call("apply", agent_id, action, self._clock())
+            change = self._dir.registry().call("apply", agent_id, action, self._clock())
+            agent, plaintext = await self._after_row(actor, _ACTION_KINDS[action], agent_id, change)
         finally:
             self._invalidate(agent_id)
-        await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         return agent, plaintext
 
     # ------------------------------------------------------- federated subjects
-    async def _check_subject_free(self, subject: str) -> None:
+    async def _check_subject_free(self, actor: Principal, subject: str, to_service_admin: bool) -> None:
+        """Conflict when another live agent holds ``subject``; Forbidden (audited) for the bootstrap
+        subject bound to anything but a ServiceAdmin (a squatter would stop the next start or take the
+        first operator's logins)."""
+        if subject == self._bootstrap_subject and not (to_service_admin and actor.is_service_admin):
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, subject, "denied", {"action": "bind_subject", "reason": "reserved"})
+            raise Forbidden("this subject is reserved for the bootstrap operator")
         holder: Agent | None = await self._dir.registry().call("resolve_subject", subject)
         if holder is not None and holder.status is not AgentStatus.REVOKED:
             raise Conflict("the subject is already bound to another agent")
@@ -212,8 +300,11 @@ class IdentityService:
         except Forbidden:
             await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": "bind_subject"})
             raise
-        agent: Agent = await self._dir.registry().call("bind_subject", subject, agent_id, self._clock())
+        if subject == self._bootstrap_subject:
+            await self._check_subject_free(actor, subject, Role.SERVICE_ADMIN in target.roles)
         await self._audit(actor, AuditKind.SUBJECT_BOUND, agent_id, "ok", {"subject": subject})
+        change = self._dir.registry().call("bind_subject", subject, agent_id, self._clock())
+        agent: Agent = await self._after_row(actor, AuditKind.SUBJECT_BOUND, agent_id, change)
         return agent
 
     async def principal_for_subject(self, subject: str) -> Principal | None:
@@ -229,6 +320,8 @@ class IdentityService:
         agent: Agent | None = await self._dir.registry().call("resolve_subject", subject)
         if agent is None or agent.status is not AgentStatus.ACTIVE:
             return None
+        if subject == self._bootstrap_subject and Role.SERVICE_ADMIN not in agent.roles:
+            return None  # squatted (by data written before the subject was reserved): never log in as the squatter
         return agent.principal()
 
     async def record_login(
@@ -257,12 +350,14 @@ class IdentityService:
         subject = check_subject(subject)
         agent, created = await self._dir.registry().call("ensure_bootstrap_subject", subject, self._ids.new(), self._clock())
         if Role.SERVICE_ADMIN not in agent.roles:
-            # Someone bound this subject to a lesser agent first (a ProjectAdmin may bind subjects in its
-            # tenant): starting anyway would log the configured first operator in as that agent.
-            raise ConfigInvalid(
-                f"admin.bootstrap_oidc_subject is already bound to agent {agent.id}, which is not a ServiceAdmin; "
-                "revoke that agent or configure another subject"
+            # Bound to a lesser agent before the subject was reserved: serve anyway, but the subject does
+            # not log in (principal_for_subject) until that agent is revoked and the next start rebinds it.
+            log.error(
+                "admin.bootstrap_oidc_subject is bound to agent %s, which is not a ServiceAdmin: that subject cannot "
+                "log in until the agent is revoked (the next start then binds it to a new ServiceAdmin)",
+                agent.id,
             )
+            return False
         if created:
             await self._audit(agent.principal(), AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject, "bootstrap": True})
         return bool(created)

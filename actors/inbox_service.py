@@ -2,20 +2,31 @@
 
 The inbox drained is always the caller's own (addressed by the principal's
 agent id, never by anything in a request), filtered by the caller's read scope.
+
+Bounds: a beacon's interest is 1 to ``max_interest_chars`` characters; its
+expiry, given as ``ttl_s`` or ``expires_at`` (any offset; stored in UTC), lies
+``min_ttl_s`` to ``max_ttl_s`` ahead; an agent holds at most
+``max_beacons_per_agent`` and a tenant its quota. A head serves at most
+``max_streams`` open inbox streams, ``max_streams_per_agent`` per agent
+(QuotaExceeded before the upgrade beyond either).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from actors.clock import Clock, IdSource
 from actors.directory import ActorRef, Directory, beacon_set_index, inbox_index
 from actors.embedding import Embedder
 from actors.inbox_shard import PullResult
-from mesh.errors import ValidationFailed
+from actors.usage import Reservation, UsageLedger
+from mesh.errors import QuotaExceeded, ValidationFailed
 from mesh.identity import Principal
 from mesh.model import Beacon
+from mesh.partition import stored_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,19 +34,52 @@ class InboxLimits:
     max_batch: int = 256
     max_interest_chars: int = 8_192
     max_beacons_per_agent: int = 64
-    max_beacon_ttl_s: float = 10 * 365 * 24 * 3600.0
+    min_beacon_ttl_s: float = 1.0
+    max_beacon_ttl_s: float = 365 * 24 * 3600.0
+    max_streams_per_agent: int = 4
+    max_streams: int = 256
 
 
 class InboxService:
-    def __init__(self, directory: Directory, embedder: Embedder, ids: IdSource, clock: Clock, limits: InboxLimits) -> None:
+    def __init__(
+        self, directory: Directory, embedder: Embedder, ids: IdSource, clock: Clock, limits: InboxLimits, usage: UsageLedger
+    ) -> None:
         self._dir = directory
         self._embedder = embedder
         self._ids = ids
         self._clock = clock
         self.limits = limits
+        self._usage = usage
+        self._streams: dict[str, int] = {}  # agent id -> open streams on this head
 
     def _inbox(self, principal: Principal) -> ActorRef:
         return self._dir.inbox_shard(inbox_index(self._dir, principal.agent_id))
+
+    def expiry(self, now: datetime, expires_at: datetime | None, ttl_s: float | None) -> datetime | None:
+        """The UTC expiry a beacon request asks for, or None for none; ValidationFailed outside the bounds."""
+        limits = self.limits
+        if expires_at is not None and ttl_s is not None:
+            raise ValidationFailed("give expires_at or ttl_s, not both")
+        if ttl_s is not None:
+            if not limits.min_beacon_ttl_s <= ttl_s <= limits.max_beacon_ttl_s:
+                raise ValidationFailed(
+                    f"ttl_s must be between {limits.min_beacon_ttl_s:g} and {limits.max_beacon_ttl_s:g} seconds"
+                )
+            return now + timedelta(seconds=ttl_s)
+        if expires_at is None:
+            return None
+        if expires_at.tzinfo is None:
+            raise ValidationFailed("expires_at needs a time zone offset")
+        try:
+            ahead = (expires_at - now).total_seconds()
+            at = expires_at.astimezone(UTC)
+        except OverflowError:  # beyond year 9999 once in UTC
+            raise ValidationFailed(f"expires_at must be at most {limits.max_beacon_ttl_s:g} seconds ahead") from None
+        if ahead < limits.min_beacon_ttl_s:
+            raise ValidationFailed(f"expires_at must be at least {limits.min_beacon_ttl_s:g} seconds in the future")
+        if ahead > limits.max_beacon_ttl_s:
+            raise ValidationFailed(f"expires_at must be at most {limits.max_beacon_ttl_s:g} seconds ahead")
+        return at
 
     async def place_beacon(
         self, principal: Principal, interest: str, expires_at: datetime | None = None, ttl_s: float | None = None
@@ -44,22 +88,17 @@ class InboxService:
         if not interest.strip() or len(interest) > self.limits.max_interest_chars:
             raise ValidationFailed(f"interest must be 1 to {self.limits.max_interest_chars} characters")
         now = self._clock()
-        if expires_at is not None and ttl_s is not None:
-            raise ValidationFailed("give expires_at or ttl_s, not both")
-        if ttl_s is not None:
-            if not 0 < ttl_s <= self.limits.max_beacon_ttl_s:
-                raise ValidationFailed("ttl_s must be positive and at most ten years")
-            expires_at = now + timedelta(seconds=ttl_s)
-        if expires_at is not None:
-            if expires_at.tzinfo is None:
-                raise ValidationFailed("expires_at needs a time zone offset")
-            if expires_at <= now:
-                raise ValidationFailed("expires_at must be in the future")
-        async with self._embedder.gate.shared():  # the vector and its engine never straddle a reembed switch
-            return await self._place(principal, interest, now, expires_at)
+        expiry = self.expiry(now, expires_at, ttl_s)
+        reservation = await self._usage.reserve(principal.tenant_id, beacons=1, size=stored_bytes(interest, self._embedder.dims))
+        try:
+            async with self._embedder.gate.shared():  # the vector and its engine never straddle a reembed switch
+                return await self._place(principal, interest, now, expiry)
+        except BaseException:
+            self._usage.release(reservation)
+            raise
 
     async def _place(self, principal: Principal, interest: str, now: datetime, expires_at: datetime | None) -> Beacon:
-        vector = await self._embedder.embed_one(interest)
+        vector = await self._embedder.embed_one(interest, principal.tenant_id)
         beacon = Beacon(
             id=self._ids.new(),
             tenant_id=principal.tenant_id,
@@ -78,6 +117,7 @@ class InboxService:
         """Only the owner removes a beacon; anyone else gets NotFound, as for a missing one."""
         ref = self._dir.beacon_set(beacon_set_index(self._dir, principal.agent_id))
         await ref.call("remove", principal.tenant_id, principal.agent_id, beacon_id)
+        self._usage.release(Reservation(principal.tenant_id, beacons=1))
 
     async def pull(
         self, principal: Principal, since: int | None, ack: int | None, limit: int | None, by_seq: bool = False
@@ -103,3 +143,26 @@ class InboxService:
     async def wait(self, principal: Principal, after_seq: int, timeout_s: float) -> int:
         top: int = await self._inbox(principal).call("wait", principal.agent_id, after_seq, timeout_s)
         return top
+
+    @contextmanager
+    def stream_slot(self, principal: Principal) -> Iterator[None]:
+        """Hold one of this head's inbox stream slots while a stream is open; QuotaExceeded when the
+        agent already holds ``max_streams_per_agent`` or the head ``max_streams``."""
+        held = self._streams.get(principal.agent_id, 0)
+        if held >= self.limits.max_streams_per_agent:
+            raise QuotaExceeded(f"an agent holds at most {self.limits.max_streams_per_agent} open inbox streams")
+        if sum(self._streams.values()) >= self.limits.max_streams:
+            raise QuotaExceeded("this server holds its maximum of open inbox streams: retry later")
+        self._streams[principal.agent_id] = held + 1
+        try:
+            yield
+        finally:
+            left = self._streams.get(principal.agent_id, 1) - 1
+            if left > 0:
+                self._streams[principal.agent_id] = left
+            else:
+                self._streams.pop(principal.agent_id, None)
+
+    @property
+    def open_streams(self) -> int:
+        return sum(self._streams.values())

@@ -7,7 +7,14 @@ Guarantees:
   are retried, in order, with the next batch).
 - A pull that moves the cursor answers after the new cursor is committed, so
   an acknowledged cursor survives a crash; the cursor never rewinds.
-- On restart every committed delivery and cursor is reloaded.
+- Bounded (``InboxRetention``): acknowledged deliveries older than
+  ``acked_max_age_s`` leave the inbox at the next sweep, and an inbox never
+  holds much more than ``max_deliveries`` (the oldest leave first,
+  acknowledged ones before the rest); what was dropped unacknowledged is
+  counted. Sequences and cursors are untouched by retention.
+- On restart every committed delivery and cursor that can be decoded is reloaded.
+- Erase steps are idempotent and leave no byte of an erased delivery in the
+  data files.
 """
 
 from __future__ import annotations
@@ -15,23 +22,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow, deliveries_to_arrow
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.erasure import EraseCounts
+from actors.periodic import Periodic
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, StoredDelivery
 
 
 @dataclass(frozen=True, slots=True)
+class InboxRetention:
+    """How long deliveries stay (settings section ``retention``)."""
+
+    acked_max_age_s: float = 7 * 24 * 3600.0
+    max_deliveries: int = 10_000
+    sweep_interval_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class InboxShardConfig:
-    storage_uri: str
+    storage: StorageConfig
     index: int
-    commit_window_s: float = 0.002
-    optimize_every: int = 64
-    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
+    retention: InboxRetention = InboxRetention()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +60,7 @@ class InboxDelivery:
     project_id: str
     score: float
     item_json: str
+    delivered_at: float = 0.0  # epoch seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +86,9 @@ def render_item(d: StoredDelivery) -> str:
 
 
 class InboxShard:
-    def __init__(self, config: InboxShardConfig) -> None:
+    def __init__(self, config: InboxShardConfig, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self._clock = clock
         self._inboxes: dict[str, AgentInbox] = {}
         self._unflushed: list[tuple[str, StoredDelivery]] = []
         self._dirty_cursors: dict[str, int] = {}
@@ -79,23 +97,33 @@ class InboxShard:
         self._deliveries: RowTable | None = None
         self._cursors: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
-        self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, config.commit_window_s, 4096)
-        self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, config.commit_window_s, 4096)
+        window = config.storage.commit_window_s
+        self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096)
+        self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096)
+        self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, 1.0, 100_000)
+        self._sweeper = Periodic("inbox retention sweep", self.sweep, config.retention.sweep_interval_s)
+        self.dropped_acked = 0
+        self.dropped_unacked = 0
+        self._skipped = 0  # stored rows the last load could not decode
 
     async def _ready(self) -> None:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
+        store = await LanceStore.open(self.config.storage)
         prefix = f"inbox_shard_{self.config.index}"
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
         self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
-        for agent_id, stored in deliveries_from_arrow(await self._deliveries.read_all()):
+        rows = await self._deliveries.read_all()
+        decoded = deliveries_from_arrow(rows)
+        self._skipped = rows.num_rows - len(decoded)
+        for agent_id, stored in decoded:
             self._inbox(agent_id).restore(stored)
         for row in (await self._cursors.read_all()).to_pylist():
             inbox = self._inbox(row["id"])
             inbox.cursor = max(inbox.cursor, int(row["cursor"]))
             self._durable_cursors[row["id"]] = inbox.cursor
+        self._sweeper.start()
 
     def _inbox(self, agent_id: str) -> AgentInbox:
         inbox = self._inboxes.get(agent_id)
@@ -105,19 +133,54 @@ class InboxShard:
 
     async def health(self) -> dict[str, int]:
         await self._ready()
-        return {"inboxes": len(self._inboxes), "pid": os.getpid()}
+        return {
+            "inboxes": len(self._inboxes),
+            "deliveries": sum(len(i) for i in self._inboxes.values()),
+            "dropped_acked": self.dropped_acked,
+            "dropped_unacked": self.dropped_unacked,
+            "skipped_rows": self._skipped,
+            "pid": os.getpid(),
+        }
 
     async def deliver(self, deliveries: list[InboxDelivery]) -> int:
-        """Enqueue and commit; returns how many were new."""
+        """Enqueue and commit; returns how many were new. An inbox past 110% of its cap is trimmed."""
         await self._ready()
         added = 0
+        crowded: set[str] = set()
+        cap = self.config.retention.max_deliveries
         for d in deliveries:
-            stored = self._inbox(d.agent_id).enqueue(d.delivery_id, d.diff_id, d.project_id, d.score, d.item_json)
+            inbox = self._inbox(d.agent_id)
+            stored = inbox.enqueue(d.delivery_id, d.diff_id, d.project_id, d.score, d.item_json, d.delivered_at)
             if stored is not None:
                 self._unflushed.append((d.agent_id, stored))
                 added += 1
+                if len(inbox) > cap + cap // 10:
+                    crowded.add(d.agent_id)
         await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
+        if crowded:
+            await self._trim(crowded)
         return added
+
+    async def sweep(self) -> int:
+        """Apply the retention policy to every inbox here; returns how many deliveries left."""
+        await self._ready()
+        return await self._trim(set(self._inboxes))
+
+    async def _trim(self, agent_ids: set[str]) -> int:
+        retention = self.config.retention
+        now = self._clock()
+        gone: list[str] = []
+        for agent_id in agent_ids:
+            inbox = self._inboxes.get(agent_id)
+            if inbox is None:
+                continue
+            dropped, unacked = inbox.trim(now, retention.acked_max_age_s, retention.max_deliveries)
+            self.dropped_acked += len(dropped) - unacked
+            self.dropped_unacked += unacked
+            gone += [d.delivery_id for d in dropped]
+        if gone:
+            await self._trim_commit.submit(gone)
+        return len(gone)
 
     async def pull(
         self,
@@ -172,38 +235,43 @@ class InboxShard:
             await asyncio.wait_for(signal.wait(), timeout_s)
         return inbox.committed
 
-    async def erase(self, diff_ids: list[str], agent_id: str | None, dry_run: bool) -> EraseCounts:
-        """Remove every delivery of ``diff_ids`` from every inbox here, and with ``agent_id`` that
-        agent's whole inbox and cursor; rows and older table versions included. Idempotent."""
+    # ------------------------------------------------------------------- erase
+    def _affected(self, wanted: frozenset[str], agent_id: str | None) -> tuple[AgentInbox | None, dict[str, AgentInbox]]:
+        doomed = self._inboxes.get(agent_id) if agent_id is not None else None
+        return doomed, {a: i for a, i in self._inboxes.items() if i is not doomed and i.count_of(wanted)}
+
+    async def erase_count(self, diff_ids: list[str], agent_id: str | None) -> int:
+        """How many deliveries an erase of ``diff_ids`` (and of ``agent_id``'s inbox) would remove here."""
         await self._ready()
         wanted = frozenset(diff_ids)
-        doomed = self._inboxes.get(agent_id) if agent_id is not None else None
-        affected = {a: inbox for a, inbox in self._inboxes.items() if inbox is not doomed and inbox.count_of(wanted)}
-        removed = (len(doomed.deliveries) if doomed is not None else 0) + sum(i.count_of(wanted) for i in affected.values())
-        if dry_run:
-            return EraseCounts(deliveries_removed=removed, tombstones_propagated=1)
-        if not removed and (agent_id is None or agent_id not in self._durable_cursors):
-            return EraseCounts(tombstones_propagated=1)  # nothing held here: acknowledged, no rewrite
+        doomed, affected = self._affected(wanted, agent_id)
+        return (len(doomed.deliveries) if doomed is not None else 0) + sum(i.count_of(wanted) for i in affected.values())
+
+    async def erase(self, diff_ids: list[str], agent_id: str | None) -> None:
+        """Remove every delivery of ``diff_ids`` from every inbox here, and with ``agent_id`` that agent's
+        whole inbox and cursor, from memory and every data file. Idempotent."""
+        await self._ready()
+        wanted = frozenset(diff_ids)
+        _, affected = self._affected(wanted, agent_id)
         for inbox in affected.values():
             inbox.remove(wanted)
         if agent_id is not None:
             self._inboxes.pop(agent_id, None)
             self._durable_cursors.pop(agent_id, None)
             self._dirty_cursors.pop(agent_id, None)
-        await self._delivery_commit.close()  # pending appends land before the delete, never after
-        await self._cursor_commit.close()
+        for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
+            await committer.flush()  # pending appends land before the erase, never after
         assert self._deliveries is not None and self._cursors is not None
-        await self._deliveries.delete_where_in("diff_id", sorted(wanted))
+        await self._deliveries.erase_rows("diff_id", wanted)
         if agent_id is not None:
-            await self._deliveries.delete_where_in("agent_id", [agent_id])
+            await self._deliveries.erase_rows("agent_id", [agent_id])
             await self._cursors.delete_where_in("id", [agent_id])
-        await self._deliveries.purge()
-        await self._cursors.purge()
-        return EraseCounts(deliveries_removed=removed, tombstones_propagated=1)
+            await self._cursors.purge()
 
     async def close(self) -> None:
-        await self._delivery_commit.close()
-        await self._cursor_commit.close()
+        await self._sweeper.stop()
+        for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
+            await committer.flush()
 
     async def _flush_deliveries(self, _: list[int]) -> None:
         assert self._deliveries is not None
@@ -220,7 +288,12 @@ class InboxShard:
             signal = self._signals.pop(agent_id, None)
             if signal is not None:
                 signal.set()
-        await self._deliveries.optimize_if_due(self.config.optimize_every)
+        await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
+
+    async def _flush_trims(self, delivery_ids: list[str]) -> None:
+        assert self._deliveries is not None
+        await self._deliveries.delete_where_in("delivery_id", delivery_ids)
+        await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_cursors(self, _: list[int]) -> None:
         assert self._cursors is not None
@@ -236,4 +309,4 @@ class InboxShard:
             raise
         for agent, cursor in dirty.items():
             self._durable_cursors[agent] = max(cursor, self._durable_cursors.get(agent, 0))
-        await self._cursors.optimize_if_due(self.config.optimize_every)
+        await self._cursors.optimize_if_due(self.config.storage.optimize_every)

@@ -4,6 +4,13 @@ Every method takes the authenticated :class:`Principal` first and confines
 what it touches to the principal's tenant and read scope; nothing here trusts
 an identity named in a request. Shards are addressed through the Directory by
 ``shard_for(tenant, project)``; reads fan out to every shard and merge.
+
+A batch is validated whole before any shard writes: every field, the
+tenant's quotas (reserved, and given back if the write fails) and every
+explicit ``scene_id`` on the shard that holds it. A failure after that (a
+storage failure on one shard) can leave the other shards' cells written;
+the answer is then the failure, and the written cells stay (a retry writes
+them again under new ids).
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ import numpy as np
 from actors.clock import Clock, IdSource
 from actors.directory import Directory
 from actors.embedding import Embedder
+from actors.usage import UsageLedger
 from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
 from mesh.identity import Principal, require_writer
-from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, normalize
-from mesh.partition import partition_key, shard_for
+from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
+from mesh.partition import partition_key, shard_for, stored_bytes
 from mesh.query import NodeFilter, rerank_for_recall
 from mesh.tuning import RecallTuning
 
@@ -56,6 +64,7 @@ class MemoryService:
         clock: Clock,
         recall_tuning: RecallTuning,
         limits: MemoryLimits,
+        usage: UsageLedger,
     ) -> None:
         self._dir = directory
         self._embedder = embedder
@@ -63,7 +72,8 @@ class MemoryService:
         self._clock = clock
         self._recall = recall_tuning
         self._limits = limits
-        self._scene_home: dict[str, int] = {}
+        self._usage = usage
+        self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
         self._background: set[asyncio.Task[None]] = set()
 
     # --------------------------------------------------------------- writing
@@ -79,7 +89,16 @@ class MemoryService:
         if len(specs) > self._limits.max_batch_cells:
             raise ValidationFailed(f"at most {self._limits.max_batch_cells} cells per batch")
         projects = [await self._project_of(principal, spec) for spec in specs]
-        vectors = await self._vectors_for(specs)
+        size = sum(stored_bytes(spec.content, self._embedder.dims) for spec in specs)
+        reservation = await self._usage.reserve(principal.tenant_id, cells=len(specs), size=size)
+        try:
+            return await self._write(principal, specs, projects)
+        except BaseException:
+            self._usage.release(reservation)
+            raise
+
+    async def _write(self, principal: Principal, specs: list[NewCell], projects: list[str]) -> list[Cell]:
+        vectors = await self._vectors_for(specs, principal.tenant_id)
         now = self._clock()
         cells = []
         for spec, project, vector in zip(specs, projects, vectors, strict=True):
@@ -104,6 +123,11 @@ class MemoryService:
         by_shard: dict[int, list[int]] = defaultdict(list)
         for i, cell in enumerate(cells):
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(i)
+        explicit = {shard: [cells[i] for i in idx if cells[i].scene_id] for shard, idx in by_shard.items()}
+        if len(by_shard) > 1 and any(explicit.values()):  # every shard says yes before any shard writes
+            await asyncio.gather(
+                *(self._dir.scene_shard(shard).call("check_write", named) for shard, named in explicit.items() if named)
+            )
         results = await asyncio.gather(
             *(
                 self._dir.scene_shard(shard).call("write", [cells[i] for i in idx], self._ids.many(len(idx)))
@@ -115,7 +139,7 @@ class MemoryService:
             for i, cell in zip(idx, written, strict=True):
                 stored[i] = cell
                 if cell.scene_id:
-                    self._scene_home[cell.scene_id] = shard
+                    self._remember_scene(cell.tenant_id, cell.scene_id, shard)
         return [c for c in stored if c is not None]
 
     async def _project_of(self, principal: Principal, spec: NewCell) -> str:
@@ -143,9 +167,9 @@ class MemoryService:
         if not project or len(project) > self._limits.max_project_chars or not project.isprintable():
             raise ValidationFailed(f"project_id must be 1 to {self._limits.max_project_chars} printable characters")
 
-    async def _vectors_for(self, specs: list[NewCell]) -> list[Vector]:
+    async def _vectors_for(self, specs: list[NewCell], tenant_id: str) -> list[Vector]:
         missing = [i for i, s in enumerate(specs) if s.embedding is None]
-        embedded = await self._embedder.embed([specs[i].content for i in missing]) if missing else None
+        embedded = await self._embedder.embed([specs[i].content for i in missing], tenant_id) if missing else None
         vectors: list[Vector] = []
         cursor = 0
         for spec in specs:
@@ -160,10 +184,10 @@ class MemoryService:
     def _client_vector(self, values: tuple[float, ...] | list[float]) -> Vector:
         if len(values) != self._embedder.dims:
             raise DimensionMismatch(f"embedding has {len(values)} dimensions; this service uses {self._embedder.dims}")
-        vector = np.asarray(values, dtype=np.float32)
-        if not np.all(np.isfinite(vector)) or not np.any(vector):
+        vector = normalize(np.asarray(values, dtype=np.float64))
+        if not is_unit(vector):  # not finite, or zero (also after the float32 conversion)
             raise ValidationFailed("embedding must be finite and non-zero")
-        return normalize(vector)
+        return vector
 
     # --------------------------------------------------------------- reading
     async def query(
@@ -171,7 +195,7 @@ class MemoryService:
     ) -> list[Cell]:
         """Live cells nearest the query, by similarity alone."""
         async with self._embedder.gate.shared():
-            vector = await self._query_vector(text, embedding, k)
+            vector = await self._query_vector(principal, text, embedding, k)
             hits = await self._search(principal, vector, k, flt)
         return [cell for cell, _ in hits]
 
@@ -181,7 +205,7 @@ class MemoryService:
         """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
         pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
         async with self._embedder.gate.shared():
-            vector = await self._query_vector(text, embedding, k)
+            vector = await self._query_vector(principal, text, embedding, k)
             hits = await self._search(principal, vector, pool, flt)
         now = self._clock()
         ranked = [cell for cell, _ in rerank_for_recall(hits, k, now, self._recall)]
@@ -200,7 +224,7 @@ class MemoryService:
         except MemeshError:
             log.warning("recording access times failed", exc_info=True)
 
-    async def _query_vector(self, text: str | None, embedding: list[float] | None, k: int) -> Vector:
+    async def _query_vector(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int) -> Vector:
         if k < 1 or k > self._limits.max_k:
             raise ValidationFailed(f"k must be between 1 and {self._limits.max_k}")
         if (text is None) == (embedding is None):
@@ -210,7 +234,7 @@ class MemoryService:
         assert text is not None
         if not text.strip() or len(text) > self._limits.max_text_chars:
             raise ValidationFailed(f"text must be 1 to {self._limits.max_text_chars} characters")
-        return await self._embedder.embed_one(text)
+        return await self._embedder.embed_one(text, principal.tenant_id)
 
     async def _search(self, principal: Principal, vector: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         if principal.read_scope:
@@ -290,17 +314,22 @@ class MemoryService:
             )
         return ConsolidationReport(scene=scene, patterns=patterns, superseded=[c.id for c in superseded])
 
+    def _remember_scene(self, tenant_id: str, scene_id: str, shard: int) -> None:
+        if len(self._scene_home) > 100_000:
+            self._scene_home.clear()  # a hint cache: losing it costs one fan-out
+        self._scene_home[(tenant_id, scene_id)] = shard
+
     async def _find_scene(self, principal: Principal, scene_id: str) -> tuple[int, Scene]:
-        home = self._scene_home.get(scene_id)
+        """The shard and scene of ``scene_id`` in the caller's tenant and read scope; NotFound otherwise.
+        The hint is kept per tenant, so another tenant's scene id costs the same fan-out as a missing one."""
+        home = self._scene_home.get((principal.tenant_id, scene_id))
         candidates = [home] if home is not None else list(range(self._dir.spec.scene_shards))
         for shard in candidates:
             try:
                 scene: Scene = await self._dir.scene_shard(shard).call("get_scene", principal.tenant_id, scene_id)
             except NotFound:
                 continue
-            if len(self._scene_home) > 100_000:
-                self._scene_home.clear()  # a hint cache: losing it costs one fan-out
-            self._scene_home[scene_id] = shard
+            self._remember_scene(principal.tenant_id, scene_id, shard)
             if not principal.can_read_project(scene.project_id):
                 break
             return shard, scene

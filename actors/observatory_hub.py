@@ -6,9 +6,11 @@ a bounded long-poll), every stream gets its own bounded queue, and the loop
 stops when the last stream closes.
 
 Guarantees:
-- At most ``max_streams`` subscriptions at a time; the slot is taken by
+- At most ``max_streams`` subscriptions at a time, and at most
+  ``max_streams_per_tenant`` of one tenant's ProjectAdmins (so one tenant
+  cannot hold the slots ServiceAdmins need); the slot is taken by
   ``subscribe`` (before a WebSocket upgrade) and given back by
-  ``Subscription.close``. Over the cap: :class:`~mesh.errors.QuotaExceeded`
+  ``Subscription.close``. Over a cap: :class:`~mesh.errors.QuotaExceeded`
   (429 without Retry-After: a slot frees when another stream ends, at no time
   the server could promise).
 - A subscription receives exactly the events with a sequence number above its
@@ -58,6 +60,7 @@ Item = Numbered | Resync
 class ObservatoryHubConfig:
     channel_capacity: int = 16_384  # observatory.stream_channel_capacity
     max_streams: int = 16  # observatory.max_concurrent_streams
+    max_streams_per_tenant: int = 4  # observatory.max_streams_per_tenant (tenant-filtered streams)
     poll_wait_s: float = 10.0  # how long one events_after call may wait for news
     poll_batch: int = 2_000  # events fetched per call
     call_timeout_s: float = 10.0  # an actor call's deadline beyond its own wait
@@ -147,6 +150,7 @@ class ObservatoryHub:
         self._directory = directory
         self._subs: set[Subscription] = set()
         self._slots = 0
+        self._by_tenant: dict[str, int] = {}  # "" holds the ServiceAdmins' (unfiltered) streams
         self._cursor = 0  # the newest sequence number the poll loop has fanned out
         self._task: asyncio.Task[None] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
@@ -176,7 +180,10 @@ class ObservatoryHub:
             raise Unavailable("the server is shutting down")
         if self._slots >= self.config.max_streams:
             raise QuotaExceeded(f"at most {self.config.max_streams} observatory streams at a time")
+        if tenant_id is not None and self._by_tenant.get(tenant_id, 0) >= self.config.max_streams_per_tenant:
+            raise QuotaExceeded(f"at most {self.config.max_streams_per_tenant} observatory streams per tenant")
         self._slots += 1
+        self._by_tenant[tenant_id or ""] = self._by_tenant.get(tenant_id or "", 0) + 1
         try:
             async with self._start:
                 if self._task is not None and self._task.done():
@@ -189,12 +196,20 @@ class ObservatoryHub:
                 if self._task is None:
                     self._task = asyncio.get_running_loop().create_task(self._poll())
         except BaseException:
-            self._slots -= 1
+            self._give_back(tenant_id)
             raise
         return sub
 
-    def _release(self, sub: Subscription) -> None:
+    def _give_back(self, tenant_id: str | None) -> None:
         self._slots -= 1
+        left = self._by_tenant.get(tenant_id or "", 1) - 1
+        if left > 0:
+            self._by_tenant[tenant_id or ""] = left
+        else:
+            self._by_tenant.pop(tenant_id or "", None)
+
+    def _release(self, sub: Subscription) -> None:
+        self._give_back(sub.tenant_id)
         self._subs.discard(sub)
         if not self._subs:
             self._stop_polling()

@@ -10,6 +10,10 @@ Guarantees:
   for the life of the data: a restart finds the stored agent and makes none.
 - Idempotent under Ray retries: issue takes the agent id from the caller, so a
   replayed issue returns the stored agent (without a plaintext).
+- Sessions are bounded: an agent holds at most ``max_open_sessions`` open
+  sessions (QuotaExceeded beyond), and closed sessions are deleted
+  ``closed_session_max_age_s`` after they closed (the sweep runs every
+  ``sweep_interval_s``).
 """
 
 from __future__ import annotations
@@ -18,14 +22,22 @@ import json
 import os
 import secrets
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
 
-from actors.codecs import AGENT_SCHEMA, SESSION_SCHEMA, agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.errors import ConfigInvalid, Conflict, NotFound
+from actors.codecs import (
+    AGENT_SCHEMA,
+    SESSION_SCHEMA,
+    agents_from_arrow,
+    agents_to_arrow,
+    sessions_from_arrow,
+    sessions_to_arrow,
+)
+from actors.periodic import Periodic
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
+from mesh.errors import ConfigInvalid, Conflict, NotFound, QuotaExceeded
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
 from mesh.model import Session
 
@@ -58,10 +70,10 @@ def _subjects_to_arrow(bindings: list[SubjectBinding]) -> pa.Table:
 
 @dataclass(frozen=True, slots=True)
 class RegistryConfig:
-    storage_uri: str
-    commit_window_s: float = 0.001
-    optimize_every: int = 64
-    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
+    storage: StorageConfig
+    max_open_sessions: int = 256  # per agent
+    closed_session_max_age_s: float = 24 * 3600.0
+    sweep_interval_s: float = 60.0
 
 
 class Registry:
@@ -78,29 +90,39 @@ class Registry:
         self._stored_agents: set[str] = set()  # ids with a committed row: later changes are upserts
         self._stored_sessions: set[str] = set()
         self._ready_once = LoadOnce(self._load)
-        self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, config.commit_window_s, 256)
-        self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, config.commit_window_s, 256)
+        window = config.storage.commit_window_s
+        self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, window, 256)
+        self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, window, 256)
         self._subjects: dict[str, SubjectBinding] = {}  # federated subjects (see that section)
         self._subject_table: RowTable | None = None
         self._stored_subjects: set[str] = set()
-        self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, config.commit_window_s, 256)
+        self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, window, 256)
+        self._open_sessions: dict[str, int] = {}  # agent id -> open sessions
+        self._skipped = 0  # stored rows the last load could not decode
+        self._sweeper = Periodic("closed-session sweep", self.sweep, config.sweep_interval_s)
 
     async def _ready(self) -> None:
         await self._ready_once()
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
+        store = await LanceStore.open(self.config.storage)
         self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
         self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
         self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
         await self._load_subjects(store)
         await self._load_descriptors(store)
-        for agent in agents_from_arrow(await self._agent_table.read_all()):
+        agent_rows, session_rows = await self._agent_table.read_all(), await self._session_table.read_all()
+        agents, sessions = agents_from_arrow(agent_rows), sessions_from_arrow(session_rows)
+        self._skipped = agent_rows.num_rows - len(agents) + session_rows.num_rows - len(sessions)
+        for agent in agents:
             self._put(agent)
-        for session in sessions_from_arrow(await self._session_table.read_all()):
+        for session in sessions:
             self._sessions[session.id] = session
+            if session.open:
+                self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
         self._stored_agents = set(self._agents)
         self._stored_sessions = set(self._sessions)
+        self._sweeper.start()
 
     def _put(self, agent: Agent) -> None:
         previous = self._agents.get(agent.id)
@@ -110,9 +132,9 @@ class Registry:
         self._by_hash[agent.key_hash] = agent.id
 
     async def close(self) -> None:
-        await self._agent_commit.close()
-        await self._session_commit.close()
-        await self._subject_commit.close()
+        await self._sweeper.stop()
+        for committer in (self._agent_commit, self._session_commit, self._subject_commit):
+            await committer.flush()
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None:
         """Record the deployment's shape with the data on first start; refuse a different one later.
@@ -163,7 +185,12 @@ class Registry:
 
     async def health(self) -> dict[str, int]:
         await self._ready()
-        return {"agents": len(self._agents), "sessions": len(self._sessions), "pid": os.getpid()}
+        return {
+            "agents": len(self._agents),
+            "sessions": len(self._sessions),
+            "skipped_rows": self._skipped,
+            "pid": os.getpid(),
+        }
 
     # -------------------------------------------------------------- credentials
     async def authenticate(self, key_hash: str) -> Principal | None:
@@ -328,15 +355,19 @@ class Registry:
         await self._subject_table.append(_subjects_to_arrow(new))
         await self._subject_table.upsert(_subjects_to_arrow(changed), key="subject")
         self._stored_subjects.update(latest)
-        await self._subject_table.optimize_if_due(self.config.optimize_every)
+        await self._subject_table.optimize_if_due(self.config.storage.optimize_every)
 
     # ------------------------------------------------------------------ sessions
     async def open_session(self, session: Session) -> Session:
+        """Idempotent by id; QuotaExceeded when the agent already holds ``max_open_sessions`` open ones."""
         await self._ready()
         existing = self._sessions.get(session.id)
         if existing is not None:
             return existing
+        if self._open_sessions.get(session.agent_id, 0) >= self.config.max_open_sessions:
+            raise QuotaExceeded(f"an agent holds at most {self.config.max_open_sessions} open sessions: close one first")
         self._sessions[session.id] = session
+        self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
         await self._session_commit.submit([session])
         return session
 
@@ -353,8 +384,25 @@ class Registry:
             return session
         closed = replace(session, closed_at=now)
         self._sessions[session_id] = closed
+        self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
         await self._session_commit.submit([closed])
         return closed
+
+    async def sweep(self, now: datetime | None = None) -> int:
+        """Delete the sessions closed more than ``closed_session_max_age_s`` ago; returns how many."""
+        await self._ready()
+        horizon = (now or datetime.now(UTC)) - timedelta(seconds=self.config.closed_session_max_age_s)
+        old = sorted(s.id for s in self._sessions.values() if s.closed_at is not None and s.closed_at < horizon)
+        if not old:
+            return 0
+        for session_id in old:
+            del self._sessions[session_id]
+        await self._session_commit.flush()
+        assert self._session_table is not None
+        await self._session_table.delete_where_in("id", old)
+        self._stored_sessions -= set(old)
+        await self._session_table.optimize_if_due(self.config.storage.optimize_every)
+        return len(old)
 
     # -------------------------------------------------------------- descriptors
     async def _load_descriptors(self, store: LanceStore) -> None:
@@ -386,15 +434,16 @@ class Registry:
             and (project_id is None or s.project_id == project_id)
             and (agent_id is None or s.agent_id == agent_id)
         )
-        if dry_run or not doomed:
+        if dry_run:
             return len(doomed)
         for session_id in doomed:
-            del self._sessions[session_id]
-        await self._session_commit.close()
+            session = self._sessions.pop(session_id)
+            if session.open:
+                self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
+        await self._session_commit.flush()
         assert self._session_table is not None
-        await self._session_table.delete_where_in("id", doomed)
+        await self._session_table.erase_rows("id", doomed)  # idempotent: a repeat rewrites nothing it still finds
         self._stored_sessions -= set(doomed)
-        await self._session_table.purge()
         return len(doomed)
 
     async def _flush_agents(self, agents: list[Agent]) -> None:
@@ -404,7 +453,7 @@ class Registry:
         await self._agent_table.append(agents_to_arrow(a for i, a in latest.items() if i not in self._stored_agents))
         await self._agent_table.upsert(agents_to_arrow(a for i, a in latest.items() if i in self._stored_agents))
         self._stored_agents.update(latest)
-        await self._agent_table.optimize_if_due(self.config.optimize_every)
+        await self._agent_table.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_sessions(self, sessions: list[Session]) -> None:
         assert self._session_table is not None
@@ -412,4 +461,4 @@ class Registry:
         await self._session_table.append(sessions_to_arrow(s for i, s in latest.items() if i not in self._stored_sessions))
         await self._session_table.upsert(sessions_to_arrow(s for i, s in latest.items() if i in self._stored_sessions))
         self._stored_sessions.update(latest)
-        await self._session_table.optimize_if_due(self.config.optimize_every)
+        await self._session_table.optimize_if_due(self.config.storage.optimize_every)

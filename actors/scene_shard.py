@@ -1,14 +1,23 @@
 """SceneShard: owns the scenes and cells of a set of projects.
 
 Guarantees:
-- Single writer of its two tables (``scene_shard_<n>_cells``, ``..._scenes``).
+- Single writer of its tables (``scene_shard_<n>_cells``, ``..._scenes``,
+  ``..._propagated``).
 - ``write`` answers only after the cells (and any scenes they founded) are
   committed; a retried write with the same cell ids is a no-op that returns
   the stored cells, so Ray may replay it after a restart.
-- On (re)start it reloads every row and rebuilds its in-memory index, so a
-  killed shard loses nothing it acknowledged.
+- What is written is always the record as memory holds it at commit time, and
+  only while memory still holds it: a change queued before an erase or a
+  rolled-back consolidation never writes a removed row back.
+- On (re)start it reloads every row it can decode and rebuilds its in-memory
+  index, so a killed shard loses nothing it acknowledged.
 - Mutations of the in-memory state run without an ``await`` in the middle,
   so concurrent calls on the actor's event loop never see half a transition.
+  The quadratic part of a consolidation runs in a worker thread over a
+  snapshot, bounded by ``SceneTuning.max_members``.
+- An erase is two idempotent steps, ``erase_plan`` (resolve and stop the
+  cells' walks) and ``erase_cells`` (remove, by id, from memory and from every
+  data file); a repeated step changes nothing more.
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ from actors.codecs import (
 )
 from actors.directory import Directory
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable
-from mesh.erasure import EraseCounts, Selector
+from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
+from mesh.consolidation import find_groups
+from mesh.erasure import Selector, ShardErasePlan
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
@@ -49,26 +59,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
-    storage_uri: str
+    storage: StorageConfig
     index: int
     dims: int
     tuning: SceneTuning
-    commit_window_s: float = 0.002
     commit_max_rows: int = 1024
-    optimize_every: int = 64
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
-    cache_mb: int = 32  # LanceDB index and metadata cache bounds (storage.cache_mb)
-
-
-@dataclass(frozen=True, slots=True)
-class ShardErasure:
-    """One shard's part of an erase: its counts, the diffs that must leave every inbox, and per
-    writer the vector sum and count of its erased cells (to take out of its agent node)."""
-
-    counts: EraseCounts
-    diff_ids: list[str]
-    writers: WriterSums
 
 
 @dataclass(slots=True)
@@ -93,6 +90,9 @@ class SceneShard:
         self._walk_queue: deque[Cell] = deque()
         self._replayed: set[str] = set()
         self._walker: asyncio.Task[None] | None = None
+        self._walking: frozenset[str] = frozenset()  # the cells of the batch being walked now
+        self._walk_turn = asyncio.Condition()
+        self._doomed: set[str] = set()  # planned for erasure: no walk starts for them
         self._propagator = Propagator(config.propagation, self._dir) if config.propagation else None
         self._walked: set[str] = set()
         self._walked_table: RowTable | None = None
@@ -100,8 +100,10 @@ class SceneShard:
         self._cells: RowTable | None = None
         self._scenes: RowTable | None = None
         self._persisted: set[str] = set()
+        self._skipped = 0  # stored rows the last load could not decode
         self._ready_once = LoadOnce(self._load)
-        self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, config.commit_window_s, config.commit_max_rows)
+        window = config.storage.commit_window_s
+        self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, window, config.commit_max_rows)
         self._background: set[asyncio.Task[None]] = set()
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
@@ -117,9 +119,8 @@ class SceneShard:
             await asyncio.gather(*self._background, return_exceptions=True)
         if self._propagator is not None:
             await self._propagator.close()
-        await self._commit.close()
-        await self._touch_commit.close()
-        await self._walked_commit.close()
+        for committer in (self._commit, self._touch_commit, self._walked_commit):
+            await committer.flush()
 
     def attach(self, directory: Directory) -> None:
         """Give the shard the directory its walks use (in-process; Ray shards look it up)."""
@@ -137,12 +138,14 @@ class SceneShard:
         return self.partition
 
     async def _load(self) -> None:
-        store = await LanceStore.open(self.config.storage_uri, self.config.cache_mb << 20)
+        store = await LanceStore.open(self.config.storage)
         prefix = f"scene_shard_{self.config.index}"
         self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
         self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))
-        scenes = scenes_from_arrow(await self._scenes.read_all(), self.config.dims)
-        cells = cells_from_arrow(await self._cells.read_all())
+        scene_rows, cell_rows = await self._scenes.read_all(), await self._cells.read_all()
+        scenes = scenes_from_arrow(scene_rows, self.config.dims)
+        cells = [c for c in cells_from_arrow(cell_rows) if c.embedding.shape == (self.config.dims,)]
+        self._skipped = scene_rows.num_rows - len(scenes) + cell_rows.num_rows - len(cells)
         self.partition.load(scenes, cells)
         self._persisted = {s.id for s in scenes} | {c.id for c in cells}
         self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
@@ -155,7 +158,24 @@ class SceneShard:
 
     async def health(self) -> dict[str, int]:
         partition = await self._ready()
-        return {"cells": len(partition.cells), "scenes": len(partition.scenes), "pid": os.getpid()}
+        return {
+            "cells": len(partition.cells),
+            "scenes": len(partition.scenes),
+            "walk_backlog": len(self._walk_queue),
+            "skipped_rows": self._skipped,
+            "pid": os.getpid(),
+        }
+
+    async def usage(self, tenant_id: str) -> tuple[int, int]:
+        """(cells, bytes) of ``tenant_id`` held here (what its quotas count)."""
+        partition = await self._ready()
+        return partition.usage(tenant_id)
+
+    async def check_write(self, cells: list[Cell]) -> None:
+        """Raise what ``write`` would raise for these cells' explicit scenes; changes nothing.
+        (A batch spanning shards is checked on every shard before any shard writes.)"""
+        partition = await self._ready()
+        partition.check_scenes(cells)
 
     async def write(self, cells: list[Cell], new_scene_ids: list[str]) -> list[Cell]:
         partition = await self._ready()
@@ -190,45 +210,64 @@ class SceneShard:
         return pending
 
     def _enqueue_walks(self, cells: list[Cell]) -> None:
+        cells = [c for c in cells if c.id not in self._doomed]
         if not cells:
             return
         self._walk_queue.extend(cells)
         if self._walker is None or self._walker.done():
             self._walker = asyncio.get_running_loop().create_task(self._walk_loop())
 
+    async def _quiesce(self, cell_ids: frozenset[str]) -> None:
+        """No walk of ``cell_ids`` is queued or running when this returns (they start none again)."""
+        self._doomed |= cell_ids
+        self._walk_queue = deque(c for c in self._walk_queue if c.id not in cell_ids)
+        async with self._walk_turn:
+            await self._walk_turn.wait_for(lambda: not (self._walking & cell_ids))
+
     async def _walk_loop(self) -> None:
         """Drain the walk queue in batches; a failed batch is retried, then left for the next restart's replay."""
         assert self._propagator is not None
         while self._walk_queue:
             batch = [self._walk_queue.popleft() for _ in range(min(len(self._walk_queue), self.config.walk_batch))]
-            jobs = []
-            for cell in batch:
-                scene = self.partition.scenes.get(cell.scene_id or "")
-                jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
-            replay = [job for job in jobs if job[0].id in self._replayed]
-            fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
-            for attempt in range(3):
-                try:
-                    now = datetime.now(UTC)
-                    if fresh_jobs:
-                        await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
-                    if replay:
-                        await self._propagator.propagate_many(replay, now, observe=False)
-                    break
-                except Exception:  # an owner restarting: retry, then leave it to the replay at restart
-                    log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
-                    await asyncio.sleep(0.2 * (attempt + 1))
-            else:
-                continue
-            fresh = [cell.id for cell in batch if cell.id not in self._walked]
-            self._walked.update(fresh)
-            if fresh:
-                self._spawn(self._walked_commit.submit(fresh))
+            self._walking = frozenset(c.id for c in batch)
+            try:
+                await self._walk_batch(batch)
+            finally:
+                async with self._walk_turn:
+                    self._walking = frozenset()
+                    self._walk_turn.notify_all()
+
+    async def _walk_batch(self, batch: list[Cell]) -> None:
+        assert self._propagator is not None
+        jobs = []
+        for cell in batch:
+            scene = self.partition.scenes.get(cell.scene_id or "")
+            jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
+        replay = [job for job in jobs if job[0].id in self._replayed]
+        fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
+        for attempt in range(3):
+            try:
+                now = datetime.now(UTC)
+                if fresh_jobs:
+                    await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
+                if replay:
+                    await self._propagator.propagate_many(replay, now, observe=False)
+                break
+            except Exception:  # an owner restarting: retry, then leave it to the replay at restart
+                log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        else:
+            return
+        fresh = [cell.id for cell in batch if cell.id not in self._walked and cell.id in self.partition.cells]
+        self._walked.update(fresh)
+        if fresh:
+            self._spawn(self._walked_commit.submit(fresh))
 
     async def _flush_walked(self, cell_ids: list[str]) -> None:
         assert self._walked_table is not None
-        await self._walked_table.append(pa.Table.from_pylist([{"cell_id": c} for c in cell_ids], schema=PROPAGATED_SCHEMA))
-        await self._walked_table.optimize_if_due(self.config.optimize_every)
+        present = [c for c in cell_ids if c in self.partition.cells]
+        await self._walked_table.append(pa.Table.from_pylist([{"cell_id": c} for c in present], schema=PROPAGATED_SCHEMA))
+        await self._walked_table.optimize_if_due(self.config.storage.optimize_every)
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
         """``neighbours`` for many walks at once: one matrix product per tenant."""
@@ -272,10 +311,6 @@ class SceneShard:
         partition = await self._ready()
         return partition.scene(tenant_id, scene_id)
 
-    async def has_scene(self, scene_id: str) -> bool:
-        partition = await self._ready()
-        return scene_id in partition.scenes
-
     async def list_scenes(
         self, tenant_id: str, project_id: str | None, after: str | None, limit: int, projects: frozenset[str] | None = None
     ) -> list[Scene]:
@@ -285,18 +320,36 @@ class SceneShard:
     async def consolidate(
         self, tenant_id: str, scene_id: str, source_agent: str, now: datetime
     ) -> tuple[Scene, list[Cell], list[Cell]]:
-        """Abstract every near-duplicate group of the scene; a retry finds nothing left to do."""
+        """Abstract every near-duplicate group of the scene; a retry finds nothing left to do.
+
+        The groups are found in a worker thread over a snapshot of the pool (the
+        event loop keeps serving every other call meanwhile), then applied at
+        once. A failed commit reverts them in memory, so nothing that was not
+        committed stays visible or gets written later.
+        """
         partition = await self._ready()
-        outcome = partition.consolidate(tenant_id, scene_id, self._ids.new, source_agent, now)
+        pool = partition.consolidation_pool(tenant_id, scene_id)
+        groups: list[list[int]] = []
+        if len(pool) >= self.config.tuning.min_group:
+            matrix = np.stack([c.embedding for c in pool])
+            tuning = self.config.tuning
+            groups = await asyncio.to_thread(find_groups, matrix, tuning.duplicate_similarity, tuning.min_group)
+        outcome = partition.consolidate(
+            tenant_id, scene_id, self._ids.new, source_agent, now, [[pool[i].id for i in g] for g in groups]
+        )
+        changes = [_Change("cell", True, p) for p in outcome.patterns]
+        changes += [_Change("cell", False, c) for c in outcome.superseded]
+        changes.append(_Change("scene", False, outcome.scene))
+        try:
+            await self._commit.submit(changes)
+        except Exception:
+            partition.revert_consolidation(outcome)
+            raise
         # A Pattern abstracts cells whose diffs already propagated: it starts no walk of its own.
         pattern_ids = [p.id for p in outcome.patterns]
         self._walked.update(pattern_ids)
         if pattern_ids:
             self._spawn(self._walked_commit.submit(pattern_ids))
-        changes = [_Change("cell", True, p) for p in outcome.patterns]
-        changes += [_Change("cell", False, c) for c in outcome.superseded]
-        changes.append(_Change("scene", False, outcome.scene))
-        await self._commit.submit(changes)
         return outcome.scene, outcome.patterns, outcome.superseded
 
     # --------------------------------------------------------- delete and erase
@@ -319,58 +372,77 @@ class SceneShard:
         await self._commit.submit(changes)
         return True
 
-    async def erase(self, selector: Selector, dry_run: bool) -> ShardErasure:
-        """Remove every matching cell, and every Pattern abstracting one (it quotes a member), from memory
-        and storage (older table versions included); members of an erased Pattern become live again.
+    async def erase_plan(self, selector: Selector, quiesce: bool) -> ShardErasePlan:
+        """What an erase of ``selector`` removes here: the matching cells and every Pattern abstracting
+        one (a Pattern quotes a member), with their scenes, diffs and writers. Nothing is removed.
 
-        Order: out of memory first (no read or walk sees them from here on),
-        then the rows, then the recomputed scenes, then a purge of old versions.
-        A dry run only counts. Idempotent: a repeated erase finds nothing.
+        With ``quiesce`` (a real erase) the cells' walks are also stopped: none is
+        queued or running when this answers, and none starts again, so the
+        deliveries their diffs made can be counted and then erased completely.
         """
         partition = await self._ready()
         cells = partition.with_abstractions(partition.select(selector))
-        diff_ids = [diff_id_of(c.id) for c in cells if starts_diff(c)]
-        writers = writer_sums(cells, self.config.dims)
-        if dry_run:
-            chosen = {c.id for c in cells}
-            scenes = {c.scene_id for c in cells if c.scene_id in partition.scenes}
-            emptied = {sid for sid in scenes if all(m in chosen for m in partition.scenes[sid or ""].members)}
-            counts = EraseCounts(
-                nodes_removed=len(cells) + len(emptied),
-                diffs_removed=len(diff_ids),
-                aggregates_recomputed=len(scenes) - len(emptied),
-                tombstones_propagated=1,
-            )
-            return ShardErasure(counts, diff_ids, writers)
-        if not cells:
-            return ShardErasure(EraseCounts(tombstones_propagated=1), [], {})
-        erased = {c.id for c in cells}
-        self._walk_queue = deque(c for c in self._walk_queue if c.id not in erased)
-        await self.settle(60.0)  # a walk already under way finishes before the inboxes are erased
-        outcome = partition.erase(erased)
-        assert self._cells is not None and self._scenes is not None and self._walked_table is not None
-        for committer in (self._commit, self._touch_commit, self._walked_commit):
-            await committer.close()  # nothing of these cells may be written after their delete
-        ids = sorted(erased)
-        await self._cells.delete_where_in("id", ids)
-        await self._walked_table.delete_where_in("cell_id", ids)
-        self._walked -= erased
-        self._persisted -= erased
-        if outcome.removed_scenes:
-            removed = sorted(s.id for s in outcome.removed_scenes)
-            await self._scenes.delete_where_in("id", removed)
-            self._persisted -= set(removed)
-        await self._scenes.upsert(scenes_to_arrow([s for s in outcome.recomputed if s.id in self._persisted], self.config.dims))
-        await self._cells.upsert(cells_to_arrow([c for c in outcome.revived if c.id in self._persisted], self.config.dims))
-        for table in (self._cells, self._scenes, self._walked_table):
-            await table.purge()
-        counts = EraseCounts(
-            nodes_removed=len(outcome.cells) + len(outcome.removed_scenes),
-            diffs_removed=len(diff_ids),
-            aggregates_recomputed=len(outcome.recomputed),
-            tombstones_propagated=1,
+        chosen = frozenset(c.id for c in cells)
+        if quiesce and chosen:
+            await self._quiesce(chosen)
+            cells = partition.with_abstractions(partition.select(selector))  # as they are once the walks stopped
+            chosen = frozenset(c.id for c in cells)
+        effect = partition.erase_effect(chosen)
+        revive = sorted(
+            m
+            for sid in effect.recomputed
+            for m in partition.scenes[sid].members
+            if m not in chosen and partition.cells[m].superseded_by in chosen
         )
-        return ShardErasure(counts, diff_ids, writers)
+        return ShardErasePlan(
+            cell_ids=tuple(sorted(chosen)),
+            scene_ids=tuple(sorted(effect.emptied | effect.recomputed)),
+            revive_ids=tuple(revive),
+            diff_ids=tuple(diff_id_of(c.id) for c in cells if starts_diff(c)),
+            writers=tuple(sorted({c.source_agent for c in cells if starts_diff(c) and c.source_agent})),
+            nodes_removed=len(cells) + len(effect.emptied),
+            aggregates_recomputed=len(effect.recomputed),
+        )
+
+    async def erase_cells(self, plan: ShardErasePlan) -> None:
+        """Carry out ``plan``: the cells leave memory and every data file (older versions included), their
+        scenes are removed or rewritten with fresh centroids and summaries, revived members are rewritten.
+
+        Idempotent: a repeat (after a timeout, a crash or a failure half-way)
+        finds less in memory and rewrites the same rows, so the files end up the
+        same. Pending commits are flushed first, and a commit queued for an
+        erased cell writes nothing afterwards.
+        """
+        partition = await self._ready()
+        ids = frozenset(plan.cell_ids)
+        await self._quiesce(ids)
+        partition.erase(ids)
+        for cell_id in ids:
+            self._staged.pop(cell_id, None)
+        for committer in (self._commit, self._touch_commit, self._walked_commit):
+            await committer.flush()  # what was queued lands first; nothing of these cells is written after
+        assert self._cells is not None and self._scenes is not None and self._walked_table is not None
+        dims = self.config.dims
+        revived = [partition.cells[c] for c in plan.revive_ids if c in partition.cells]
+        await self._cells.erase_rows("id", ids, cells_to_arrow(revived, dims))
+        kept = [partition.fresh(partition.scenes[s]) for s in plan.scene_ids if s in partition.scenes]
+        await self._scenes.erase_rows("id", [s for s in plan.scene_ids if s not in partition.scenes], scenes_to_arrow(kept, dims))
+        await self._walked_table.delete_where_in("cell_id", ids)
+        await self._walked_table.purge()
+        self._walked -= ids
+        self._persisted -= ids | {s for s in plan.scene_ids if s not in partition.scenes}
+        self._persisted.update(c.id for c in revived)
+        self._persisted.update(s.id for s in kept)
+        self._doomed -= ids
+
+    async def writer_sums(self, tenant_id: str, agent_ids: list[str]) -> WriterSums:
+        """Per agent of ``agent_ids``: the sum and count of the vectors of the cells it wrote here
+        (what its agent node averages), computed afresh from the cells held now."""
+        partition = await self._ready()
+        wanted = set(agent_ids)
+        return writer_sums(
+            (c for c in partition.cells.values() if c.tenant_id == tenant_id and c.source_agent in wanted), self.config.dims
+        )
 
     # ----------------------------------------------------------------- reembed
     async def reembed_count(self) -> int:
@@ -385,8 +457,8 @@ class SceneShard:
 
     async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
         """Hold new vectors aside; reads keep using the current ones until ``commit_staged``."""
-        await self._ready()
-        self._staged.update(vectors)
+        partition = await self._ready()
+        self._staged.update((cid, v) for cid, v in vectors if cid in partition.cells)
 
     def _switched_cells(self, engine: str) -> list[Cell]:
         """Every cell as it is after the switch: its staged vector, or its current one when none was staged."""
@@ -412,7 +484,7 @@ class SceneShard:
         await self._ready()
         self._switching = True
         for committer in (self._commit, self._touch_commit):
-            await committer.close()
+            await committer.flush()
         cells = self._switched_cells(engine)
         await self._write_cells(cells)
         return writer_sums(cells, self.config.dims)
@@ -428,7 +500,8 @@ class SceneShard:
         self._staged = {}
         self._switching = False
         assert self._cells is not None and self._scenes is not None
-        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id in self._persisted], self.config.dims))
+        fresh = [rebuilt.fresh(s) for s in rebuilt.scenes.values() if s.id in self._persisted]
+        await self._scenes.upsert(scenes_to_arrow(fresh, self.config.dims))
         for table in (self._cells, self._scenes):
             await table.optimize_if_due(1)
 
@@ -446,23 +519,32 @@ class SceneShard:
         self._staged = {}
 
     async def _flush(self, changes: list[_Change]) -> None:
+        """Write the records of ``changes`` as memory holds them now; records memory no longer holds
+        (erased, rolled back) are not written."""
         assert self._cells is not None and self._scenes is not None
+        partition = self.partition
         latest: dict[str, _Change] = {}
         for change in changes:
-            previous = latest.get(change.record.id)
+            current: Cell | Scene | None = (
+                partition.cells.get(change.record.id) if change.kind == "cell" else partition.scenes.get(change.record.id)
+            )
+            if current is None:
+                continue
+            previous = latest.get(current.id)
             new = change.new or (previous is not None and previous.new)
-            latest[change.record.id] = _Change(change.kind, new and change.record.id not in self._persisted, change.record)
-        scenes = [c for c in latest.values() if c.kind == "scene"]
+            latest[current.id] = _Change(change.kind, new and current.id not in self._persisted, current)
+        scenes = [partition.fresh(c.record) for c in latest.values() if c.kind == "scene" and isinstance(c.record, Scene)]
+        new_scenes = {c.record.id for c in latest.values() if c.kind == "scene" and c.new}
         cells = [c for c in latest.values() if c.kind == "cell"]
         dims = self.config.dims
         # Scenes first: a crash between the two commits leaves an empty scene, never an orphan cell.
-        await self._scenes.append(scenes_to_arrow([c.record for c in scenes if c.new], dims))  # type: ignore[misc]
-        await self._scenes.upsert(scenes_to_arrow([c.record for c in scenes if not c.new], dims))  # type: ignore[misc]
+        await self._scenes.append(scenes_to_arrow([s for s in scenes if s.id in new_scenes], dims))
+        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id not in new_scenes], dims))
         await self._cells.append(cells_to_arrow([c.record for c in cells if c.new], dims))  # type: ignore[misc]
         await self._cells.upsert(cells_to_arrow([c.record for c in cells if not c.new], dims))  # type: ignore[misc]
         self._persisted.update(latest)
         for table in (self._cells, self._scenes):
-            await table.optimize_if_due(self.config.optimize_every)
+            await table.optimize_if_due(self.config.storage.optimize_every)
 
     def _spawn(self, coro: object) -> None:
         async def run() -> None:

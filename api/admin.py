@@ -14,8 +14,6 @@ restarting the head logs operators out.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from fastapi import FastAPI, WebSocket
 
 from actors.facade import Memesh
@@ -34,12 +32,6 @@ async def _no_such_stream(websocket: WebSocket) -> None:
     await websocket.send_denial_response(error_response(404, ErrorCode.NOT_FOUND, "no WebSocket is served at this path"))
 
 
-def _origin(url: str) -> str:
-    """``scheme://host[:port]`` of a URL (an origin, as browsers send it)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def mount_admin(
     app: FastAPI,
     memesh: Memesh,
@@ -54,13 +46,12 @@ def mount_admin(
     app.include_router(admin_api.router)
     app.include_router(observatory.router)
     app.add_api_websocket_route("/admin/api/{rest:path}", _no_such_stream)  # after every real WebSocket route
-    public = console_config.public_url
     app.add_middleware(
         AdminGate,
         memesh=memesh,
         sessions=console.sessions,
         max_body_bytes=max_body_bytes,
         timeout_s=request_timeout_s,
-        allowed_origins=frozenset({_origin(public)} if public else ()),
+        allowed_origins=console.allowed_origins,
     )
     return console

@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, NoReturn
+from urllib.parse import urlsplit
 
 import httpx2  # the HTTP client Authlib uses (its httpx fallback is deprecated)
 from authlib.common.errors import AuthlibBaseError
@@ -52,11 +53,12 @@ from joserfc.errors import JoseError
 from pydantic import BaseModel
 
 from actors.clock import Clock, utc_now
-from actors.console_sessions import ConsoleSession, ConsoleSessions, PendingLogin, PendingLogins
+from actors.console_sessions import ConsoleSession, ConsoleSessions, PendingLogin, PendingLogins, address_owner
 from actors.facade import Bucket, Memesh
 from api.admin_gate import SESSION_COOKIE
-from api.errors import memesh_error_response
-from mesh.errors import ConfigInvalid, MemeshError, Unauthorized, Unavailable, ValidationFailed
+from api.errors import error_response, memesh_error_response
+from api.gate_common import cross_origin, header_map
+from mesh.errors import ConfigInvalid, ErrorCode, MemeshError, Unauthorized, Unavailable, ValidationFailed
 from mesh.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,12 @@ class MeOut(BaseModel):
     expires_at: datetime
 
 
+def _origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL (an origin, as browsers send it), lower-cased."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
 class Console:
     """The console's login state on this head: the OIDC client, pending logins and sessions."""
 
@@ -106,6 +114,8 @@ class Console:
         self.clock = clock
         self.sessions = ConsoleSessions(config.session_ttl_s, config.max_sessions)
         self.pending = PendingLogins(config.state_ttl_s, config.max_pending_logins)
+        public = config.public_url
+        self.allowed_origins = frozenset({_origin(public)} if public else ())  # besides the request's own host
         issuer = config.issuer.rstrip("/")
         self.oauth: Any = OAuth().register(
             name="memesh-console",
@@ -142,7 +152,7 @@ class Console:
         Charged to the Admin bucket of the caller's address (RateLimited when empty); QuotaExceeded
         when the pending-login table is full: a flood cannot push other operators' logins out."""
         client = request.client.host if request.client else "unknown"
-        self.memesh.charge(Principal(agent_id=f"console-login:{client}", tenant_id="", roles=frozenset()), Bucket.ADMIN)
+        self.memesh.charge_address(address_owner(client), Bucket.ADMIN)
         redirect_uri = self.base_url(request) + CALLBACK_PATH
         try:
             started = await self.oauth.create_authorization_url(redirect_uri)
@@ -152,7 +162,8 @@ class Console:
         except RuntimeError as exc:  # Authlib: the discovery document names no authorize endpoint
             raise ConfigInvalid("the identity provider's discovery document has no authorization_endpoint") from exc
         state: str = started["state"]
-        self.pending.put(state, PendingLogin(started["nonce"], started["code_verifier"], redirect_uri), self.clock())
+        pending = PendingLogin(started["nonce"], started["code_verifier"], redirect_uri)
+        self.pending.put(state, pending, self.clock(), owner=address_owner(client))
         return started["url"], state
 
     async def complete(self, request: Request) -> tuple[Principal, str]:
@@ -162,31 +173,42 @@ class Console:
         unbound) or Unavailable (provider down), each after an AuthFailure row.
         """
         params = request.query_params
+        client = request.client.host if request.client else "unknown"
         state, cookie = params.get("state"), request.cookies.get(STATE_COOKIE)
         if not state or not cookie or not hmac.compare_digest(state.encode(), cookie.encode()):
             await self._fail(
-                None, "state_mismatch", ValidationFailed("the login state does not match: start again at " + LOGIN_PATH)
+                None,
+                "state_mismatch",
+                ValidationFailed("the login state does not match: start again at " + LOGIN_PATH),
+                client=client,
             )
         pending = self.pending.take(state, self.clock())
         if pending is None:
             await self._fail(
-                None, "state_unknown", ValidationFailed("the login expired or was used: start again at " + LOGIN_PATH)
+                None,
+                "state_unknown",
+                ValidationFailed("the login expired or was used: start again at " + LOGIN_PATH),
+                client=client,
             )
         error = params.get("error")
         if error is not None:
             detail = {"provider_error": error if _PROVIDER_ERROR.fullmatch(error) else "other"}
-            await self._fail(None, "provider_error", Unauthorized("the identity provider refused the login"), detail)
+            await self._fail(
+                None, "provider_error", Unauthorized("the identity provider refused the login"), detail, client=client
+            )
         code = params.get("code")
         if not code:
-            await self._fail(None, "missing_code", ValidationFailed("the callback carries no authorization code"))
-        subject = await self._verified_subject(pending, code)
+            await self._fail(None, "missing_code", ValidationFailed("the callback carries no authorization code"), client=client)
+        subject = await self._verified_subject(pending, code, client)
         principal = await self.memesh.identity.principal_for_subject(subject)
         if principal is None:
-            await self._fail(subject, "no_active_identity", Unauthorized("this subject has no active console identity"))
+            await self._fail(
+                subject, "no_active_identity", Unauthorized("this subject has no active console identity"), client=client
+            )
         await self.memesh.identity.record_login(subject, "ok", {"agent_id": principal.agent_id}, principal)
         return principal, subject
 
-    async def _verified_subject(self, pending: PendingLogin, code: str) -> str:
+    async def _verified_subject(self, pending: PendingLogin, code: str, client: str) -> str:
         """Exchange the code (with the PKCE verifier) and validate the ID token; its ``sub``."""
         try:
             token = await self.oauth.fetch_access_token(
@@ -195,27 +217,35 @@ class Console:
         except OAuthError as exc:
             reason = exc.error if isinstance(exc.error, str) and _PROVIDER_ERROR.fullmatch(exc.error) else "other"
             await self._fail(
-                None, "token_refused", Unauthorized("the identity provider refused the code"), {"provider_error": reason}
+                None,
+                "token_refused",
+                Unauthorized("the identity provider refused the code"),
+                {"provider_error": reason},
+                client=client,
             )
         except (*_TRANSPORT_ERRORS, AuthlibBaseError) as exc:
             log.warning("the token exchange failed: %s", type(exc).__name__)
-            await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"))
+            await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"), client=client)
         try:
             claims = await self.oauth.parse_id_token(token, nonce=pending.nonce, claims_options=self.claims_options)
         except httpx2.HTTPError as exc:  # the JWKS could not be fetched
             log.warning("the provider's JWKS could not be fetched: %s", type(exc).__name__)
-            await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"))
+            await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"), client=client)
         except (JoseError, ValueError, AuthlibBaseError) as exc:  # signature, claims, or a malformed token
             log.warning("an ID token was refused: %s", type(exc).__name__)
-            await self._fail(None, "id_token_invalid", Unauthorized("the ID token is not valid"))
+            await self._fail(None, "id_token_invalid", Unauthorized("the ID token is not valid"), client=client)
         subject = claims.get("sub") if claims is not None else None
         if not isinstance(subject, str) or not subject:
-            await self._fail(None, "id_token_missing", Unauthorized("the provider sent no usable ID token"))
+            await self._fail(None, "id_token_missing", Unauthorized("the provider sent no usable ID token"), client=client)
         return subject
 
-    async def _fail(self, subject: str | None, reason: str, error: MemeshError, extra: dict[str, Any] | None = None) -> NoReturn:
-        """Write the AuthFailure row, then raise ``error`` (RateLimited instead when anonymous failures flood)."""
+    async def _fail(
+        self, subject: str | None, reason: str, error: MemeshError, extra: dict[str, Any] | None = None, client: str = ""
+    ) -> NoReturn:
+        """Write the AuthFailure row, then raise ``error`` (RateLimited instead when anonymous failures flood:
+        from this address, or from everywhere together)."""
         if subject is None:
+            self.memesh.charge_address(address_owner(client or "unknown"), Bucket.AUTH_FAILURES)
             self.memesh.charge(_ANONYMOUS_LOGINS, Bucket.ADMIN)
         await self.memesh.identity.record_login(subject, "denied", {"reason": reason, **(extra or {})})
         raise error
@@ -291,7 +321,15 @@ async def callback(request: Request, console: ConsoleDep) -> Response:
 
 @router.post(LOGOUT_PATH, status_code=204)
 async def logout(request: Request, console: ConsoleDep) -> Response:
-    console.sessions.drop(request.cookies.get(SESSION_COOKIE), console.clock())
+    """Drop the session server-side (a browser request from another origin is refused with 403). Open
+    observatory streams of the session's operator check their session again at once, and close."""
+    if cross_origin(request.scope, header_map(request.scope), console.allowed_origins):
+        return error_response(403, ErrorCode.FORBIDDEN, "cross-origin request refused")
+    token = request.cookies.get(SESSION_COOKIE)
+    session = console.sessions.get(token, console.clock())
+    console.sessions.drop(token, console.clock())
+    if session is not None:
+        console.memesh.identity.nudge(session.agent_id)
     response = Response(status_code=204)
     response.delete_cookie(
         SESSION_COOKIE, path=SESSION_COOKIE_PATH, secure=console.secure(request), httponly=True, samesite="lax"

@@ -111,6 +111,7 @@ class AdminGate:
         state["principal"] = principal
         state["console_session"] = session
         state["readmit"] = functools.partial(self.admit, token, scope["path"])  # long-lived streams re-check it
+        state["watch"] = functools.partial(self.memesh.identity.watch, principal.agent_id)  # ...at once on a change
         if scope["type"] == "http":
             await run_guarded(self.app, scope, receive, send, self.max_body_bytes, self.timeout_s)
         else:

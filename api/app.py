@@ -25,6 +25,7 @@ def create_app(
     max_body_bytes: int = 4 * 1024 * 1024,
     request_timeout_s: float = 30.0,
     console: ConsoleConfig | None = None,
+    metrics_token: str | None = None,
 ) -> FastAPI:
     """An app serving ``memesh``; with ``console``, also the control plane (``/admin``, the
     console login and its session gate). Its lifespan is the caller's (``cluster.serve``)."""
@@ -51,7 +52,7 @@ def create_app(
         return HealthOut(status="ok", version=API_VERSION, detail=detail)
 
     app.include_router(published_keys_router)  # the erasure-receipt public keys, for anyone to verify with
-    install_metrics(app, memesh)  # always on, unauthenticated: aggregate counts only
+    install_metrics(app, memesh, metrics_token)  # aggregate counts only; a bearer token when metrics_token is set
     if console is not None:
         mount_admin(app, memesh, console, max_body_bytes, request_timeout_s)
     app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)

@@ -1,7 +1,8 @@
 """The /v1 gate: the order in which a data-plane request is judged.
 
 1. Authentication (``x-service-key``) first: a request without a valid key
-   gets 401 whatever its body.
+   gets 401 whatever its body (429 once its address has sent too many refused
+   keys: the ``auth_failures`` bucket).
 2. A body sent with a non-JSON content type gets 415; one over
    ``max_body_bytes`` gets 400.
 3. Then the route: body parsing (400 malformed JSON / out-of-range values,
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.facade import Memesh
 from api.errors import memesh_error_response
-from api.gate_common import body_refusal, header_map, run_guarded
+from api.gate_common import body_refusal, client_address, header_map, run_guarded
 from mesh.errors import MemeshError
 
 KEY_HEADER = "x-service-key"
@@ -40,7 +41,7 @@ class V1Gate:
             return
         headers = header_map(scope)
         try:
-            principal = await self.memesh.identity.authenticate(headers.get(KEY_HEADER))
+            principal = await self.memesh.principal(headers.get(KEY_HEADER), client_address(scope))
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return

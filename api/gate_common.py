@@ -20,6 +20,12 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DENIAL_EXTENSION = "websocket.http.response"
 
 
+def client_address(scope: Scope) -> str:
+    """The peer's address as the server sees it (what unauthenticated charges are keyed by)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
 def header_map(scope: Scope) -> dict[str, str]:
     """The request's headers, lower-cased names; a repeated header keeps its last value."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -22,6 +22,15 @@ from mesh.identity import Agent, Principal
 T = TypeVar("T")
 
 
+def peer_address(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address from gRPC's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    peer = str(context.peer() or "")
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rsplit("]", 1)[0].lstrip("[")
+    return rest.rsplit(":", 1)[0] if kind == "ipv4" else peer or "unknown"
+
+
 def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
     """The agent record of the REST API, as a message (the same fields; never a secret)."""
     return admin_pb2.AgentRecord(**AgentOut.of(agent).model_dump())
@@ -34,7 +43,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[Principal], Awaitable[T]]) -> T:
         try:
             key = dict(context.invocation_metadata() or ()).get("x-service-key")
-            principal = await self.memesh.authenticate(key if isinstance(key, str) else None, Bucket.ADMIN)
+            principal = await self.memesh.authenticate(key if isinstance(key, str) else None, Bucket.ADMIN, peer_address(context))
             await self.memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
             return await work(principal)
         except MemeshError as exc:

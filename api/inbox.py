@@ -9,6 +9,15 @@ the upgrade: 401 / 429 answered as HTTP, never upgraded):
 - client -> server: ``{"ack": N}`` under the pull's cursor rules.
 A reconnect resumes after the acknowledged cursor, so whatever was sent but
 not acknowledged is sent again (at-least-once).
+
+Limits: an agent holds at most ``limits.max_inbox_streams_per_agent`` streams
+on a head, and a head ``limits.max_inbox_streams`` (429 ``quota_exceeded``
+before the upgrade beyond). Each ack frame is charged to the ``Inbox`` bucket
+(a refused one gets an ``{"error": ...}`` frame, is not applied, and the
+stream stays open). The key is checked again before every item and ack, and
+at once when the agent is revoked, suspended or rotated on this head: the
+stream then sends ``{"error": {"code": "unauthorized", ...}}`` and closes
+with 1008 before anything else is sent.
 """
 
 from __future__ import annotations
@@ -26,9 +35,10 @@ from starlette.websockets import WebSocketState
 from actors.facade import Bucket, Memesh
 from api.errors import STATUS, envelope, memesh_error_response
 from api.gate import KEY_HEADER
+from api.gate_common import client_address
 from api.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.v1 import Core, _principal
-from mesh.errors import MemeshError, Unavailable, ValidationFailed
+from mesh.errors import MemeshError, RateLimited, Unavailable, ValidationFailed
 from mesh.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -66,22 +76,60 @@ async def pull(principal: Drainer, core: Core, body: Annotated[PullIn | None, Bo
 @router.websocket("/inbox")
 async def stream(websocket: WebSocket) -> None:
     memesh: Memesh = websocket.app.state.memesh
+    key = websocket.headers.get(KEY_HEADER)
     try:
-        principal = await memesh.authenticate(websocket.headers.get(KEY_HEADER), Bucket.INBOX)
+        principal = await memesh.authenticate(key, Bucket.INBOX, client_address(websocket.scope))
+        slot = memesh.inbox.stream_slot(principal)
+        slot.__enter__()  # QuotaExceeded past the agent's or the head's stream cap, before any upgrade
     except MemeshError as exc:
         await websocket.send_denial_response(memesh_error_response(exc))
         return
-    await websocket.accept()
-    sender = asyncio.create_task(_send_loop(websocket, memesh, principal))
-    receiver = asyncio.create_task(_receive_loop(websocket, memesh, principal))
-    done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        with memesh.identity.watch(principal.agent_id) as changed:
+            credential = Credential(memesh, key, principal, changed)
+            await websocket.accept()
+            await _serve(websocket, memesh, credential)
+    finally:
+        slot.__exit__(None, None, None)
+
+
+class Credential:
+    """The stream's key, checked again before every item, every ack and whenever the agent's
+    credential changes on this head (revoke, suspend, rotate): Unauthorized ends the stream."""
+
+    def __init__(self, memesh: Memesh, key: str | None, principal: Principal, changed: asyncio.Event) -> None:
+        self._memesh = memesh
+        self._key = key
+        self.principal = principal
+        self._changed = changed
+
+    async def check(self) -> Principal:
+        self.principal = await self._memesh.identity.authenticate(self._key)
+        return self.principal
+
+    async def until_refused(self) -> None:
+        """Returns never; raises Unauthorized as soon as a change makes the key fail."""
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            await self.check()
+
+
+async def _serve(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:
+    tasks = {
+        asyncio.create_task(_send_loop(websocket, memesh, credential)),
+        asyncio.create_task(_receive_loop(websocket, memesh, credential)),
+        asyncio.create_task(credential.until_refused()),
+    }
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     for task in pending:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-    failure = sender.exception() if sender in done and not sender.cancelled() else None
+    failure = next((t.exception() for t in done if not t.cancelled() and t.exception() is not None), None)
     if failure is not None:
-        log.warning("inbox stream stopped: %s", failure)
+        if not isinstance(failure, MemeshError):
+            log.warning("inbox stream stopped: %r", failure)
         error = failure if isinstance(failure, MemeshError) else Unavailable("the inbox stream failed")
         await _close_with(websocket, error)
 
@@ -95,16 +143,18 @@ async def _close_with(websocket: WebSocket, error: MemeshError, code: int | None
         await websocket.close(code=code or (1008 if STATUS[error.code][0] < 500 else 1011))
 
 
-async def _send_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
+async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:
     """Send every delivery after the acknowledged cursor, then each new one as it commits.
 
-    A shard that is restarting is retried (bounded); past that the loop fails and
-    the connection is closed with an error frame, never left open and silent.
+    The key is checked again before every page sent. A shard that is restarting
+    is retried (bounded); past that the loop fails and the connection is closed
+    with an error frame, never left open and silent.
     """
-    sent = await memesh.inbox.cursor(principal)
+    sent = await memesh.inbox.cursor(credential.principal)
     failures = 0
     while websocket.application_state is WebSocketState.CONNECTED:
         try:
+            principal = await credential.check()
             page = await memesh.inbox.pull(principal, since=sent, ack=None, limit=None, by_seq=True)
             if not page.has_more and not page.count:
                 await memesh.inbox.wait(principal, sent, STREAM_WAIT_S)
@@ -117,12 +167,14 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, principal: Principal)
             await asyncio.sleep(0.2 * failures)
             continue
         failures = 0
+        if page.count:
+            await credential.check()  # the page may have waited: the key must still hold when it is sent
         for item in page.items:  # rendered once, when the walk delivered it
             await websocket.send_text(item)
         sent = max(sent, page.window_high)
 
 
-async def _receive_loop(websocket: WebSocket, memesh: Memesh, principal: Principal) -> None:
+async def _receive_loop(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
@@ -141,6 +193,12 @@ async def _receive_loop(websocket: WebSocket, memesh: Memesh, principal: Princip
                 or ack < 0
             ):
                 raise ValidationFailed('frames must be {"ack": N} with N >= 0')
+            principal = await credential.check()
+            try:
+                memesh.charge(principal, Bucket.INBOX)  # an ack frame costs what a pull does
+            except RateLimited as exc:
+                await websocket.send_text(json.dumps(envelope(exc.code, f"{exc.message}; retry in {exc.retry_after} s")))
+                continue
             cursor = await memesh.inbox.ack(principal, ack)
         except ValueError:
             await _close_with(websocket, ValidationFailed("frames must be JSON objects"))

@@ -1,7 +1,8 @@
-"""``GET /metrics``: Prometheus text exposition of the observatory's figures.
+"""``GET /metrics``: Prometheus text exposition of the observatory's and the service's figures.
 
-Names follow the spec's OpenTelemetry names in Prometheus form (dots become
-underscores, counters end in ``_total`` once, the up-down counter is a gauge):
+Observatory names follow the spec's OpenTelemetry names in Prometheus form
+(dots become underscores, counters end in ``_total`` once, the up-down
+counter is a gauge):
 
 - ``service_observatory_events_recorded_total`` (counter)
 - ``service_observatory_events_dropped_total{reason}`` (counter):
@@ -13,24 +14,48 @@ underscores, counters end in ``_total`` once, the up-down counter is a gauge):
 - ``service_observatory_streams_active`` (gauge)
 - ``service_observatory_replay_events_total`` (counter)
 
-The recorded, saturated and depth figures live in the Observatory actor: the
-route fetches them (bounded by a short timeout; on failure the last ones are
-reported) before rendering, so ``collect`` never calls an actor. Each app has
-its own :class:`CollectorRegistry`, never the process-global one. The route is
-unauthenticated: it carries aggregate counts only, no tenant id.
+The service's own (docs/operations.md, "Retention, quotas and their metrics"):
+
+- ``memesh_cells``, ``memesh_beacons``, ``memesh_sessions``,
+  ``memesh_inbox_deliveries`` (gauges): what the actors hold
+- ``memesh_inbox_deliveries_dropped_total{acknowledged}`` (counter): deliveries
+  retention removed since the actors started (``acknowledged="false"``: an
+  inbox over its cap lost deliveries its agent never acknowledged)
+- ``memesh_quota_refusals_total{quota}`` (counter): writes refused by a
+  tenant quota (``cells``, ``beacons``, ``bytes``) on this head
+- ``memesh_walk_backlog`` (gauge): written cells whose walk has not run yet
+- ``memesh_embedding_queue_texts`` (gauge) and
+  ``memesh_embedding_requests_dropped_total`` (counter): texts waiting for
+  the model, and requests dropped unencoded because their caller gave up
+- ``memesh_inbox_streams_open`` (gauge): open ``/v1/inbox`` streams on this head
+- ``memesh_storage_rows_skipped`` (gauge): stored rows the actors' last load
+  could not decode (anything but 0 deserves a look at the logs)
+
+The actor figures are fetched (bounded by a short timeout; on failure the last
+ones are reported, and at most once per ``server.health_cache_s``) before
+rendering, so ``collect`` never calls an actor. Each app has its own
+:class:`CollectorRegistry`, never the process-global one. The route carries
+aggregate counts only, no tenant id; with ``server.metrics_token`` set it
+needs ``Authorization: Bearer <token>``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hmac
 from collections.abc import Iterator
+from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from actors.facade import Memesh
 from actors.observatory_hub import ObservatoryHub
+from api.errors import error_response
+from mesh.errors import ErrorCode, MemeshError
 
 METRICS_PATH = "/metrics"
 REFRESH_TIMEOUT_S = 1.0
@@ -61,20 +86,71 @@ class ObservatoryCollector(Collector):
         return self.collect()
 
 
-def metrics_registry(memesh: Memesh) -> CollectorRegistry:
+class ServiceCollector(Collector):
+    """The actors' figures as last fetched, and this head's own counters."""
+
+    def __init__(self, memesh: Memesh) -> None:
+        self._memesh = memesh
+        self.health: dict[str, Any] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        h, memesh = self.health, self._memesh
+        for name, key, help_text in (
+            ("memesh_cells", "cells", "Cells held (live or not)."),
+            ("memesh_beacons", "beacons", "Beacons held."),
+            ("memesh_sessions", "sessions", "Sessions held (open, and closed ones not yet purged)."),
+            ("memesh_inbox_deliveries", "deliveries", "Deliveries held in inboxes."),
+            ("memesh_walk_backlog", "walk_backlog", "Written cells whose walk has not run yet."),
+            ("memesh_storage_rows_skipped", "skipped_rows", "Stored rows the actors' last load could not decode."),
+        ):
+            yield GaugeMetricFamily(name, help_text, value=float(h.get(key, 0)))
+        dropped = CounterMetricFamily(
+            "memesh_inbox_deliveries_dropped", "Deliveries removed by retention.", labels=["acknowledged"]
+        )
+        dropped.add_metric(["true"], float(h.get("deliveries_dropped_acked", 0)))
+        dropped.add_metric(["false"], float(h.get("deliveries_dropped_unacked", 0)))
+        yield dropped
+        refusals = CounterMetricFamily(
+            "memesh_quota_refusals", "Writes refused by a quota (cells, beacons, bytes).", labels=["quota"]
+        )
+        for quota in ("cells", "beacons", "bytes"):
+            refusals.add_metric([quota], float(memesh.usage.refusals[quota]))
+        yield refusals
+        yield GaugeMetricFamily("memesh_embedding_queue_texts", "Texts waiting for the model.", value=memesh.embedder.queued)
+        yield CounterMetricFamily(
+            "memesh_embedding_requests_dropped",
+            "Embedding requests dropped unencoded: their caller stopped waiting.",
+            value=memesh.embedder.dropped,
+        )
+        yield GaugeMetricFamily(
+            "memesh_inbox_streams_open", "Open /v1/inbox streams on this head.", value=memesh.inbox.open_streams
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+def metrics_registry(memesh: Memesh) -> tuple[CollectorRegistry, ServiceCollector]:
     """A registry of this app's own (tests build several apps in one process)."""
     registry = CollectorRegistry()
     registry.register(ObservatoryCollector(memesh.observatory))
-    return registry
+    service = ServiceCollector(memesh)
+    registry.register(service)
+    return registry, service
 
 
-def install_metrics(app: FastAPI, memesh: Memesh) -> CollectorRegistry:
+def install_metrics(app: FastAPI, memesh: Memesh, token: str | None = None) -> CollectorRegistry:
     """Serve ``GET /metrics`` (the exact path, as a route: a mount would answer it with 307)."""
-    registry = metrics_registry(memesh)
+    registry, service = metrics_registry(memesh)
+    expected = f"Bearer {token}".encode() if token else None
 
     @app.get(METRICS_PATH, include_in_schema=False)
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        if expected is not None and not hmac.compare_digest(request.headers.get("authorization", "").encode(), expected):
+            return error_response(401, ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
         await memesh.observatory.refresh_stats(REFRESH_TIMEOUT_S)
+        with contextlib.suppress(TimeoutError, MemeshError):  # on failure the last figures stay
+            service.health = await asyncio.wait_for(memesh.health(REFRESH_TIMEOUT_S), REFRESH_TIMEOUT_S * 2)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return registry

@@ -14,6 +14,11 @@ Stream protocol (``GET /admin/api/observatory/stream``, docs/observatory.md):
   where this consumer fell behind and events were dropped;
   ``{"error": {...}}`` before closing with 1011 when the observatory is gone;
 - client -> server: nothing is expected; frames are ignored.
+
+The operator's session is checked again before every page and batch sent, and
+at once when the operator's agent is revoked, suspended or rotated, or a
+session of it logs out, on this head: a failed check closes the stream (1008)
+before anything else is sent.
 """
 
 from __future__ import annotations
@@ -116,25 +121,44 @@ async def stream(websocket: WebSocket) -> None:
     except MemeshError as exc:
         await websocket.send_denial_response(memesh_error_response(exc))
         return
+    readmit = _readmission(websocket)
     try:
-        await websocket.accept()
-        sender = asyncio.create_task(_send(websocket, hub, subscription, since, _readmission(websocket)))
-        receiver = asyncio.create_task(_until_disconnect(websocket))
-        done, pending = await asyncio.wait({sender, receiver}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if sender in done and not sender.cancelled():
-            failure = sender.exception()
-            if failure is not None and not isinstance(failure, MemeshError):
-                log.warning("observatory stream stopped: %r", failure)
-            await _close(websocket, failure if isinstance(failure, MemeshError) else None)
+        with _watch(websocket) as changed:
+            await websocket.accept()
+            sender = asyncio.create_task(_send(websocket, hub, subscription, since, readmit))
+            receiver = asyncio.create_task(_until_disconnect(websocket))
+            guard = asyncio.create_task(_until_refused(changed, readmit))
+            done, pending = await asyncio.wait({sender, receiver, guard}, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            ended = next((t for t in (guard, sender) if t in done and not t.cancelled()), None)
+            if ended is not None:
+                failure = ended.exception()
+                if failure is not None and not isinstance(failure, MemeshError):
+                    log.warning("observatory stream stopped: %r", failure)
+                await _close(websocket, failure if isinstance(failure, MemeshError) else None)
     finally:
         subscription.close()
 
 
+async def _until_refused(changed: asyncio.Event, readmit: Readmit) -> None:
+    """Raises (Unauthorized, Forbidden) as soon as a change to the operator (revoke, suspend, logout)
+    fails the session check; never returns otherwise."""
+    while True:
+        await changed.wait()
+        changed.clear()
+        await readmit()
+
+
 Readmit = Callable[[], Awaitable[object]]
+
+
+def _watch(websocket: WebSocket) -> contextlib.AbstractContextManager[asyncio.Event]:
+    """The gate's change watch for this socket's operator (an event never set where no gate set one)."""
+    watch: Callable[[], contextlib.AbstractContextManager[asyncio.Event]] | None = websocket.scope.get("state", {}).get("watch")
+    return watch() if watch is not None else contextlib.nullcontext(asyncio.Event())
 
 
 def _readmission(websocket: WebSocket) -> Readmit:

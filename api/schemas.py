@@ -166,7 +166,7 @@ class ErrorOut(BaseModel):
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    s: {"model": ErrorOut} for s in (400, 401, 403, 404, 415, 422, 429, 500, 503, 504)
+    s: {"model": ErrorOut} for s in (400, 401, 403, 404, 409, 415, 422, 429, 500, 503, 504)
 }
 """Every /v1 route documents the envelope for these statuses."""
 

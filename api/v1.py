@@ -47,9 +47,15 @@ def _principal(bucket: Bucket) -> Any:
     return Depends(dependency)
 
 
+def _uncharged(request: Request) -> Principal:
+    principal: Principal = request.scope["state"]["principal"]
+    return principal
+
+
 Core = Annotated[Memesh, Depends(_memesh)]
 Reader = Annotated[Principal, _principal(Bucket.READ)]
 Writer = Annotated[Principal, _principal(Bucket.WRITE)]
+BatchWriter = Annotated[Principal, Depends(_uncharged)]  # charged per cell, once the body is read
 
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
@@ -85,7 +91,9 @@ async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
 
 
 @router.post("/cells:batch", status_code=201, response_model=list[NodeOut], tags=["cells"], summary="Write cells in order")
-async def write_cells(body: CellBatchIn, principal: Writer, core: Core) -> list[NodeOut]:
+async def write_cells(body: CellBatchIn, principal: BatchWriter, core: Core) -> list[NodeOut]:
+    """Charged one token of the Write bucket per cell (a batch costs what its cells would one by one)."""
+    core.charge(principal, Bucket.WRITE, cost=len(body.cells))
     cells = await core.memory.write_cells(principal, [_new_cell(c) for c in body.cells])
     return [NodeOut.of(c) for c in cells]
 

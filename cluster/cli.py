@@ -63,7 +63,16 @@ def _admin(args: argparse.Namespace) -> int:
         print(f"memesh: cannot read the key file: {exc.strerror}", file=sys.stderr)
         return 2
     metadata = (("x-service-key", key),)
-    with grpc.insecure_channel(args.address) as channel:
+    if args.tls_ca:
+        try:
+            credentials = grpc.ssl_channel_credentials(Path(args.tls_ca).read_bytes())
+        except OSError as exc:
+            print(f"memesh: cannot read the CA file: {exc.strerror}", file=sys.stderr)
+            return 2
+        channel_cm = grpc.secure_channel(args.address, credentials)
+    else:
+        channel_cm = grpc.insecure_channel(args.address)
+    with channel_cm as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)
         try:
             if args.group == "audit":
@@ -181,7 +190,8 @@ def parser() -> argparse.ArgumentParser:
     admin = sub.add_parser("admin", help="operator client of the gRPC admin service")
     admin.add_argument("--address", default=DEFAULT_ADMIN_ADDRESS, help=f"host:port (default {DEFAULT_ADMIN_ADDRESS})")
     admin.add_argument("--key-file", required=True, help="file holding an admin key (e.g. data/bootstrap-admin.key)")
-    admin.add_argument("--timeout", type=float, default=10.0)
+    admin.add_argument("--timeout", type=float, default=30.0)
+    admin.add_argument("--tls-ca", help="PEM CA bundle: talk TLS to a server with server.grpc_tls_certfile set")
     groups = admin.add_subparsers(dest="group", required=True)
     agents = groups.add_parser("agents", help="agent identities").add_subparsers(dest="verb", required=True)
     issue = agents.add_parser("issue", help="issue an agent and print its key once")

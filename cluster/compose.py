@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,13 +19,15 @@ from actors.embedding import Embedder, EmbeddingEngine, engine_named, make_engin
 from actors.erasure_signing import ErasureSigner
 from actors.facade import Bucket, Memesh
 from actors.inbox_service import InboxLimits
-from actors.inbox_shard import InboxShard, InboxShardConfig
+from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
 from actors.memory_service import MemoryLimits
 from actors.observatory import Observatory, ObservatoryConfig
 from actors.observatory_hub import ObservatoryHubConfig
 from actors.propagation import PropagationConfig
 from actors.registry import Registry, RegistryConfig
 from actors.scene_shard import SceneShard, ShardConfig
+from actors.storage import StorageConfig, write_private_file
+from actors.usage import Quotas
 from cluster.settings import Settings
 from mesh.ratelimit import BucketPolicy
 
@@ -40,11 +41,22 @@ def directory_spec(settings: Settings) -> DirectorySpec:
     return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards)
 
 
+def storage_config(settings: Settings) -> StorageConfig:
+    storage = settings.storage
+    return StorageConfig(
+        uri=storage.lance_uri(),
+        commit_window_s=storage.commit_window_ms / 1000.0,
+        optimize_every=storage.optimize_every,
+        cache_mb=storage.cache_mb,
+        fsync=storage.fsync,
+        keep_versions_s=storage.keep_versions_s,
+    )
+
+
 def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | None) -> dict[str, tuple[type, tuple[Any, ...]]]:
     """Every actor of the deployment: its name, class and constructor arguments."""
-    uri = settings.storage.lance_uri()
-    storage = settings.storage
-    window = storage.commit_window_ms / 1000.0
+    storage = storage_config(settings)
+    retention = settings.retention
     prop = settings.propagation
     propagation = PropagationConfig(
         policy=prop.policy(),
@@ -56,33 +68,34 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     plan: dict[str, tuple[type, tuple[Any, ...]]] = {}
     for i in range(settings.ray.scene_shards):
         config = ShardConfig(
-            storage_uri=uri,
+            storage=storage,
             index=i,
             dims=dims,
             tuning=settings.scenes.tuning(),
-            commit_window_s=window,
-            commit_max_rows=storage.commit_max_rows,
-            optimize_every=storage.optimize_every,
+            commit_max_rows=settings.storage.commit_max_rows,
             propagation=propagation,
             walk_batch=prop.walk_batch,
-            cache_mb=storage.cache_mb,
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):
-        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(uri, i, dims, window, storage.optimize_every, storage.cache_mb),))
-    for i in range(settings.ray.inbox_shards):
-        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(uri, i, window, storage.optimize_every, storage.cache_mb),))
-    plan["registry"] = (
-        Registry,
-        (
-            RegistryConfig(
-                storage_uri=uri, commit_window_s=window, optimize_every=storage.optimize_every, cache_mb=storage.cache_mb
-            ),
-        ),
+        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(storage, i, dims, retention.sweep_interval_s),))
+    inbox_retention = InboxRetention(
+        acked_max_age_s=retention.acked_delivery_max_age_s,
+        max_deliveries=retention.max_deliveries_per_inbox,
+        sweep_interval_s=retention.sweep_interval_s,
     )
+    for i in range(settings.ray.inbox_shards):
+        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(storage, i, inbox_retention),))
+    registry = RegistryConfig(
+        storage=storage,
+        max_open_sessions=settings.limits.max_open_sessions_per_agent,
+        closed_session_max_age_s=retention.closed_session_max_age_s,
+        sweep_interval_s=retention.sweep_interval_s,
+    )
+    plan["registry"] = (Registry, (registry,))
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))
-    plan["audit_log"] = (AuditLog, (AuditLogConfig(uri, storage.cache_mb),))
+    plan["audit_log"] = (AuditLog, (AuditLogConfig(storage),))
     return plan
 
 
@@ -104,6 +117,7 @@ def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
         Bucket.WRITE.value: BucketPolicy(limits.write.rate, limits.write.burst),
         Bucket.INBOX.value: BucketPolicy(limits.inbox.rate, limits.inbox.burst),
         Bucket.ADMIN.value: BucketPolicy(limits.admin.rate, limits.admin.burst),
+        Bucket.AUTH_FAILURES.value: BucketPolicy(limits.auth_failures.rate, limits.auth_failures.burst),
     }
 
 
@@ -116,10 +130,10 @@ def build_memesh(settings: Settings) -> Memesh:
         return engine
 
     directory = build_directory(settings, engine.dims)
-    limits = settings.limits
+    limits, quotas, embedding = settings.limits, settings.quotas, settings.embedding
     return Memesh(
         directory,
-        Embedder(engine, settings.embedding.max_batch),
+        Embedder(engine, embedding.max_batch, embedding.max_queued_texts, embedding.max_queued_texts_per_tenant),
         rate_policies(settings),
         recall_tuning=settings.recall.tuning(),
         limits=MemoryLimits(
@@ -130,13 +144,25 @@ def build_memesh(settings: Settings) -> Memesh:
             max_list=limits.max_list,
         ),
         principal_cache_ttl_s=settings.admin.principal_cache_ttl_s,
-        inbox_limits=InboxLimits(max_batch=settings.pull.max_batch, max_interest_chars=limits.max_text_chars),
+        inbox_limits=InboxLimits(
+            max_batch=settings.pull.max_batch,
+            max_interest_chars=limits.max_text_chars,
+            max_beacons_per_agent=limits.max_beacons_per_agent,
+            min_beacon_ttl_s=limits.min_beacon_ttl_s,
+            max_beacon_ttl_s=limits.max_beacon_ttl_s,
+            max_streams_per_agent=limits.max_inbox_streams_per_agent,
+            max_streams=limits.max_inbox_streams,
+        ),
         observatory=ObservatoryHubConfig(
             channel_capacity=settings.observatory.stream_channel_capacity,
             max_streams=settings.observatory.max_concurrent_streams,
+            max_streams_per_tenant=settings.observatory.max_streams_per_tenant,
         ),
         signer=ErasureSigner.load_or_create(settings.storage.data_dir),
         reembed_target=reembed_target,
+        quotas=Quotas(quotas.max_cells_per_tenant, quotas.max_beacons_per_tenant, quotas.max_bytes_per_tenant, quotas.refresh_s),
+        bootstrap_subject=settings.admin.bootstrap_oidc_subject,
+        health_cache_s=settings.server.health_cache_s,
     )
 
 
@@ -165,6 +191,7 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
     if settings.admin.bootstrap_oidc_subject:
         # The first console operator: bound once to a ServiceAdmin identity; a restart binds nothing new.
         await memesh.identity.ensure_bootstrap_subject(settings.admin.bootstrap_oidc_subject)
+    await memesh.data.resume()  # erases a crash interrupted run to their end (in the background)
     return key_path
 
 
@@ -181,9 +208,6 @@ async def write_bootstrap_key(memesh: Memesh, data_dir: Path) -> Path | None:
 
 
 def _write_key_file(path: Path, plaintext: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(plaintext + "\n")
+    write_private_file(path, plaintext + "\n")
     return path

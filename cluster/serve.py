@@ -92,9 +92,18 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
         if settings.server.grpc_enabled:
             grpc_server = grpc.aio.server()
             add_admin_service(grpc_server, memesh)
-            bound = grpc_server.add_insecure_port(f"{settings.server.grpc_host}:{settings.server.grpc_port}")
+            address = f"{settings.server.grpc_host}:{settings.server.grpc_port}"
+            server_settings = settings.server
+            if server_settings.grpc_tls_certfile is not None and server_settings.grpc_tls_keyfile is not None:
+                credentials = grpc.ssl_server_credentials(
+                    [(server_settings.grpc_tls_keyfile.read_bytes(), server_settings.grpc_tls_certfile.read_bytes())]
+                )
+                bound = grpc_server.add_secure_port(address, credentials)
+            else:
+                bound = grpc_server.add_insecure_port(address)
             await grpc_server.start()
-            print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound}", flush=True)
+            scheme = "TLS" if server_settings.grpc_tls else "plaintext"
+            print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound} ({scheme})", flush=True)
         scheme = "https" if settings.server.tls else "http"
         print(f"memesh: REST on {scheme}://{settings.server.host}:{settings.server.port}", flush=True)
         if settings.admin.console_enabled:
@@ -105,7 +114,14 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
             if grpc_server is not None:
                 await grpc_server.stop(grace=2.0)
 
-    app = create_app(memesh, settings.server.max_body_bytes, settings.server.request_timeout_s, console_config(settings))
+    token = settings.server.metrics_token
+    app = create_app(
+        memesh,
+        settings.server.max_body_bytes,
+        settings.server.request_timeout_s,
+        console_config(settings),
+        metrics_token=token.get_secret_value() if token is not None else None,
+    )
     app.router.lifespan_context = lifespan
     config = uvicorn.Config(
         app,

@@ -9,6 +9,7 @@ else reads the environment. ``docs/configuration.md`` lists every key.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
@@ -35,16 +36,36 @@ class ServerSettings(_Section):
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     tls_certfile: Path | None = None  # serve REST over TLS (uvicorn ssl_certfile); both or neither
     tls_keyfile: Path | None = None
+    grpc_tls_certfile: Path | None = None  # serve the gRPC admin service over TLS; both or neither
+    grpc_tls_keyfile: Path | None = None
+    metrics_token: SecretStr | None = None  # when set, GET /metrics needs "Authorization: Bearer <token>"
+    health_cache_s: float = Field(1.0, ge=0, le=60)  # /healthz answers from one actor round at most this often
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:
         if (self.tls_certfile is None) != (self.tls_keyfile is None):
             raise ValueError("server.tls_certfile and server.tls_keyfile go together")
+        if (self.grpc_tls_certfile is None) != (self.grpc_tls_keyfile is None):
+            raise ValueError("server.grpc_tls_certfile and server.grpc_tls_keyfile go together")
         return self
 
     @property
     def tls(self) -> bool:
         return self.tls_certfile is not None
+
+    @property
+    def grpc_tls(self) -> bool:
+        return self.grpc_tls_certfile is not None
+
+    @property
+    def grpc_loopback(self) -> bool:
+        """True when the gRPC admin service listens on a loopback address only."""
+        if self.grpc_host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.grpc_host).is_loopback
+        except ValueError:
+            return False
 
 
 class StorageSettings(_Section):
@@ -54,6 +75,8 @@ class StorageSettings(_Section):
     commit_max_rows: int = Field(1024, ge=1)
     optimize_every: int = Field(64, ge=1)
     cache_mb: int = Field(32, ge=1, le=65_536)  # per actor: LanceDB's index and metadata caches
+    fsync: bool = False  # answer a write only once the file system has it on stable storage (docs/storage.md)
+    keep_versions_s: float = Field(30.0, ge=0)  # compaction drops table versions older than this
 
     def lance_uri(self) -> str:
         return self.uri or str((self.data_dir / "lance").resolve())
@@ -73,6 +96,8 @@ class EmbeddingSettings(_Section):
     dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm is always 384
     max_batch: int = Field(64, ge=1, le=1024)
     threads: int | None = Field(None, ge=1)
+    max_queued_texts: int = Field(4_096, ge=1)  # texts waiting for the model, all tenants; 429 beyond
+    max_queued_texts_per_tenant: int = Field(1_024, ge=1)  # one tenant's share of that queue
 
 
 class PullSettings(_Section):
@@ -96,11 +121,19 @@ class AdminBucketSettings(BucketSettings):
     burst: float = Field(40.0, ge=1)
 
 
+class AuthFailureBucketSettings(BucketSettings):
+    rate: float = Field(10.0, ge=0)
+    burst: float = Field(50.0, ge=1)
+
+
 class RateLimitSettings(_Section):
+    """Per-caller buckets; ``auth_failures`` is per client address (requests whose credential failed)."""
+
     read: BucketSettings = BucketSettings()
     write: BucketSettings = BucketSettings()
     inbox: InboxBucketSettings = InboxBucketSettings()
     admin: AdminBucketSettings = AdminBucketSettings()
+    auth_failures: AuthFailureBucketSettings = AuthFailureBucketSettings()
 
 
 class PropagationSettings(_Section):
@@ -144,6 +177,7 @@ class ObservatorySettings(_Section):
     max_age_s: float = Field(600.0, gt=0)
     stream_channel_capacity: int = Field(16_384, ge=1)
     max_concurrent_streams: int = Field(16, ge=1)
+    max_streams_per_tenant: int = Field(4, ge=1)  # a ProjectAdmin's tenant; ServiceAdmins share only the global cap
 
 
 class AdminSettings(_Section):
@@ -181,6 +215,7 @@ class ScenesSettings(_Section):
     min_group: int = Field(2, ge=2)
     summary_members: int = Field(3, ge=1)
     summary_chars: int = Field(240, ge=16)
+    max_members: int = Field(4_096, ge=2, le=65_536)
 
     def tuning(self) -> SceneTuning:
         return SceneTuning(**self.model_dump())
@@ -199,11 +234,43 @@ class RecallSettings(_Section):
 
 
 class LimitsSettings(_Section):
+    """Bounds on what one request may ask for or store."""
+
     max_content_chars: int = Field(32_768, ge=1)
     max_batch_cells: int = Field(256, ge=1)
     max_k: int = Field(1_000, ge=1)
     max_text_chars: int = Field(8_192, ge=1)
     max_list: int = Field(500, ge=1)
+    max_beacons_per_agent: int = Field(64, ge=1)
+    min_beacon_ttl_s: float = Field(1.0, gt=0)
+    max_beacon_ttl_s: float = Field(365 * 24 * 3600.0, gt=0, le=100 * 365 * 24 * 3600.0)
+    max_open_sessions_per_agent: int = Field(256, ge=1)
+    max_inbox_streams_per_agent: int = Field(4, ge=1)
+    max_inbox_streams: int = Field(256, ge=1)  # open /v1/inbox streams on one head
+
+    @model_validator(mode="after")
+    def _ttl_ordered(self) -> LimitsSettings:
+        if self.max_beacon_ttl_s < self.min_beacon_ttl_s:
+            raise ValueError("limits.max_beacon_ttl_s must be at least min_beacon_ttl_s")
+        return self
+
+
+class QuotaSettings(_Section):
+    """Per-tenant quotas (429 ``quota_exceeded``, no Retry-After); 0 turns one off."""
+
+    max_cells_per_tenant: int = Field(250_000, ge=0)
+    max_beacons_per_tenant: int = Field(4_096, ge=0)
+    max_bytes_per_tenant: int = Field(512 * 1024 * 1024, ge=0)  # cells' and beacons' text and vectors
+    refresh_s: float = Field(30.0, gt=0)  # how often a head re-reads a tenant's usage from the actors
+
+
+class RetentionSettings(_Section):
+    """How long delivered, closed and expired state is kept (docs/operations.md)."""
+
+    acked_delivery_max_age_s: float = Field(7 * 24 * 3600.0, gt=0)
+    max_deliveries_per_inbox: int = Field(10_000, ge=1)
+    closed_session_max_age_s: float = Field(24 * 3600.0, ge=0)
+    sweep_interval_s: float = Field(60.0, ge=0)  # 0: no periodic sweep (tests)
 
 
 class Settings(BaseSettings):
@@ -222,6 +289,8 @@ class Settings(BaseSettings):
     scenes: ScenesSettings = ScenesSettings()
     recall: RecallSettings = RecallSettings()
     limits: LimitsSettings = LimitsSettings()
+    quotas: QuotaSettings = QuotaSettings()
+    retention: RetentionSettings = RetentionSettings()
 
     @classmethod
     def settings_customise_sources(
@@ -256,6 +325,11 @@ class Settings(BaseSettings):
                 (url or "https://").startswith("http://") for url in (self.admin.oidc_issuer, self.admin.public_url)
             ):
                 raise ValueError("the production profile needs https for admin.oidc_issuer and admin.public_url")
+            if self.server.grpc_enabled and not self.server.grpc_loopback and not self.server.grpc_tls:
+                raise ValueError(
+                    "the production profile refuses the gRPC admin service in plaintext beyond loopback "
+                    "(set server.grpc_tls_certfile, or server.grpc_host = 127.0.0.1)"
+                )
         return self
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -117,6 +118,21 @@ def check_display_name(name: str) -> str:
     if not name or len(name) > DISPLAY_NAME_MAX:
         raise ValidationFailed(f"display_name must be 1 to {DISPLAY_NAME_MAX} characters")
     return name
+
+
+READ_SCOPE_MAX = 500
+PROJECT_ID_MAX = 128
+
+
+def check_read_scope(projects: Iterable[str]) -> frozenset[str]:
+    """A read scope as stored: at most ``READ_SCOPE_MAX`` project ids of 1 to ``PROJECT_ID_MAX`` printable characters."""
+    scope = frozenset(projects)
+    if len(scope) > READ_SCOPE_MAX:
+        raise ValidationFailed(f"read_scope holds at most {READ_SCOPE_MAX} projects")
+    for project in scope:
+        if not isinstance(project, str) or not project or len(project) > PROJECT_ID_MAX or not project.isprintable():
+            raise ValidationFailed(f"each read_scope project is 1 to {PROJECT_ID_MAX} printable characters")
+    return scope
 
 
 def require_writer(principal: Principal) -> None:

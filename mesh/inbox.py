@@ -18,6 +18,11 @@ Pull, in order:
 5. ``window_high`` is the last sequence of the window (the floor, capped at
    ``committed``, when the window is empty); ``has_more`` says a commit-stable
    delivery exists above it. Both describe the window, not the items.
+
+Retention (:meth:`AgentInbox.trim`): acknowledged deliveries older than a
+configured age leave the inbox, and past a cap the oldest deliveries leave
+it, acknowledged first. Sequences, the cursor and ``committed`` never change,
+so a page simply starts at the oldest delivery still held.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class StoredDelivery:
     project_id: str
     score: float
     item_json: str  # the SeqInboxItem without its sequence: {"diff": ..., "delivery": ...} members
+    delivered_at: float = 0.0  # epoch seconds; what the retention age is measured from
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +71,14 @@ class AgentInbox:
     def has(self, delivery_id: str) -> bool:
         return delivery_id in self._ids
 
-    def enqueue(self, delivery_id: str, diff_id: str, project_id: str, score: float, item_json: str) -> StoredDelivery | None:
+    def enqueue(
+        self, delivery_id: str, diff_id: str, project_id: str, score: float, item_json: str, delivered_at: float = 0.0
+    ) -> StoredDelivery | None:
         """Assign the next sequence; None when this delivery id is already here."""
         if delivery_id in self._ids:
             return None
         self.last_seq += 1
-        stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, item_json)
+        stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, item_json, delivered_at)
         self._append(stored)
         return stored
 
@@ -105,6 +113,34 @@ class AgentInbox:
             self._seqs = [d.seq for d in kept]
             self._ids = {d.delivery_id for d in kept}
         return removed
+
+    def trim(self, now: float, acked_max_age_s: float, max_deliveries: int) -> tuple[list[StoredDelivery], int]:
+        """Apply the retention policy; returns the deliveries dropped and how many of them were unacknowledged.
+
+        First the acknowledged deliveries (``seq <= cursor``) delivered more than
+        ``acked_max_age_s`` ago, oldest first, stopping at the first younger one;
+        then, while more than ``max_deliveries`` are held, the oldest of the rest.
+        Only committed deliveries are dropped.
+        """
+        acked = bisect.bisect_right(self._seqs, min(self.cursor, self.committed))
+        cut = 0
+        horizon = now - acked_max_age_s
+        while cut < acked and self.deliveries[cut].delivered_at < horizon:
+            cut += 1
+        committed = bisect.bisect_right(self._seqs, self.committed)
+        over = len(self.deliveries) - cut - max_deliveries
+        if over > 0:
+            cut = min(committed, cut + over)
+        if cut == 0:
+            return [], 0
+        dropped = self.deliveries[:cut]
+        self.deliveries = self.deliveries[cut:]
+        self._seqs = self._seqs[cut:]
+        self._ids.difference_update(d.delivery_id for d in dropped)
+        return dropped, sum(1 for d in dropped if d.seq > self.cursor)
+
+    def __len__(self) -> int:
+        return len(self.deliveries)
 
     def commit(self, up_to: int) -> None:
         self.committed = max(self.committed, min(up_to, self.last_seq))

@@ -103,7 +103,7 @@ class Scene:
     def centroid(self) -> Vector:
         """The normalised mean of the live members; computed once per change of the sum."""
         if self.cached_centroid is None:
-            self.cached_centroid = normalize(self.vector_sum.astype(np.float32))
+            self.cached_centroid = normalize(self.vector_sum)
         return self.cached_centroid
 
     def add_vector(self, vector: Vector) -> None:
@@ -151,7 +151,7 @@ class AgentNode:
 
     @property
     def vector(self) -> Vector:
-        return normalize(self.vector_sum.astype(np.float32))
+        return normalize(self.vector_sum)
 
 
 WriterSums = dict[str, tuple[npt.NDArray[np.float64], int]]
@@ -216,9 +216,23 @@ class Session:
 
 
 def normalize(vector: npt.NDArray[np.floating]) -> Vector:
-    """Unit-norm float32 copy of ``vector``; the zero vector stays zero."""
-    v = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(v))
-    if norm == 0.0 or not np.isfinite(norm):
-        return np.zeros_like(v)
-    return (v / norm).astype(np.float32)
+    """Unit-norm float32 copy of ``vector``; the zero vector (and one with a non-finite entry) gives zeros.
+
+    Scale-safe: the vector is divided by its largest magnitude (in float64)
+    before the norm is taken, so ``[1e30] * n`` or ``[1e-40] * n`` still give a
+    unit vector instead of overflowing or underflowing to zero.
+    """
+    v = np.asarray(vector, dtype=np.float64)
+    if v.size == 0 or not np.all(np.isfinite(v)):
+        return np.zeros(v.shape, dtype=np.float32)
+    peak = float(np.max(np.abs(v)))
+    if peak == 0.0:
+        return np.zeros(v.shape, dtype=np.float32)
+    scaled = v / peak
+    return (scaled / float(np.linalg.norm(scaled))).astype(np.float32)
+
+
+def is_unit(vector: npt.NDArray[np.floating], tolerance: float = 1e-3) -> bool:
+    """True when ``vector`` has unit length (what every stored and searched vector must have)."""
+    norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
+    return abs(norm - 1.0) <= tolerance

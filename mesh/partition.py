@@ -16,8 +16,9 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
+from mesh.consolidation import find_groups
 from mesh.erasure import Selector
-from mesh.errors import NotFound, ValidationFailed
+from mesh.errors import Conflict, NotFound, ValidationFailed
 from mesh.model import Cell, CellType, Layer, Scene, Vector, normalize
 from mesh.query import NodeFilter
 from mesh.summary import extractive_summary
@@ -36,6 +37,14 @@ def shard_for(key: str, shards: int) -> int:
 
 def partition_key(tenant_id: str, project_id: str) -> str:
     return f"{tenant_id}\x1f{project_id}"
+
+
+RECORD_OVERHEAD = 256  # bytes a stored record costs beyond its text and vector (ids, times, columns)
+
+
+def stored_bytes(text: str, dims: int) -> int:
+    """What one stored cell or beacon counts against its tenant's ``max_bytes`` quota."""
+    return len(text.encode("utf-8", "surrogatepass")) + 4 * dims + RECORD_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -62,6 +71,14 @@ class ConsolidationOutcome:
     scene: Scene
     patterns: list[Cell]
     superseded: list[Cell]
+
+
+@dataclass(frozen=True, slots=True)
+class EraseEffect:
+    """What erasing a set of cells would do to their scenes (counted before anything changes)."""
+
+    emptied: frozenset[str]  # scenes left without members (removed)
+    recomputed: frozenset[str]  # scenes that keep members (aggregates recomputed)
 
 
 class _Interner:
@@ -139,6 +156,17 @@ class MemoryPartition:
         self._tenants: dict[str, _TenantCells] = {}
         self._centroids: dict[tuple[str, str], VectorIndex] = {}
         self._tenant_scenes: dict[str, VectorIndex] = {}
+        self._usage: dict[str, list[int]] = {}  # tenant -> [cells, bytes]
+
+    def usage(self, tenant_id: str) -> tuple[int, int]:
+        """(cells, bytes) the tenant stores in this partition, every cell counted (live or not)."""
+        cells, size = self._usage.get(tenant_id, (0, 0))
+        return cells, size
+
+    def _count(self, cell: Cell, sign: int) -> None:
+        usage = self._usage.setdefault(cell.tenant_id, [0, 0])
+        usage[0] += sign
+        usage[1] += sign * stored_bytes(cell.content, self.dims)
 
     # ----------------------------------------------------------------- loading
     def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
@@ -178,17 +206,27 @@ class MemoryPartition:
         return outcome
 
     def _explicit_scene(self, cell: Cell) -> Scene:
+        """The scene a cell names. Absent, another tenant's and another project's are the same
+        NotFound (a read-scoped caller cannot learn that a scene exists elsewhere); a full scene
+        is a Conflict."""
         scene = self.scenes.get(cell.scene_id or "")
-        if scene is None or scene.tenant_id != cell.tenant_id:
-            raise NotFound("scene not found")
-        if scene.project_id != cell.project_id:
-            raise ValidationFailed("scene_id belongs to another project")
+        if scene is None or scene.tenant_id != cell.tenant_id or scene.project_id != cell.project_id:
+            raise NotFound("scene not found in this project")
+        if len(scene.members) >= self.tuning.max_members:
+            raise Conflict(f"the scene holds its maximum of {self.tuning.max_members} cells")
         return scene
+
+    def check_scenes(self, cells: Iterable[Cell]) -> None:
+        """Raise what ``write`` would raise for the cells' explicit scenes, changing nothing."""
+        for cell in cells:
+            if cell.scene_id is not None and cell.id not in self.cells:
+                self._explicit_scene(cell)
 
     def rollback(self, outcome: WriteOutcome) -> None:
         """Undo a write whose commit failed: its cells and founded scenes leave memory."""
         for cell in reversed(outcome.created):
-            self.cells.pop(cell.id, None)
+            if self.cells.pop(cell.id, None) is not None:
+                self._count(cell, -1)
             self._tenant(cell.tenant_id).index.set_live(cell.id, False)
             scene = self.scenes.get(cell.scene_id or "")
             if scene is not None and cell.id in scene.members:
@@ -210,9 +248,11 @@ class MemoryPartition:
             return self._explicit_scene(cell)
         index = self._centroids.get((cell.tenant_id, cell.project_id))
         if index is not None:
-            best = index.search(cell.embedding, 1)
-            if best and best[0][1] >= self.tuning.join_similarity:
-                return self.scenes[best[0][0]]
+            for near, similarity in index.search(cell.embedding, 8):  # the nearest with room
+                if similarity < self.tuning.join_similarity:
+                    break
+                if len(self.scenes[near].members) < self.tuning.max_members:
+                    return self.scenes[near]
         scene_id = next(iter(spare), None)
         if scene_id is None:
             raise ValidationFailed("no scene id left for a new scene")
@@ -228,6 +268,8 @@ class MemoryPartition:
         return scene
 
     def _insert(self, cell: Cell) -> None:
+        if cell.id not in self.cells:
+            self._count(cell, +1)
         self.cells[cell.id] = cell
         self._tenant(cell.tenant_id).put(cell)
         scene = self.scenes.get(cell.scene_id) if cell.scene_id else None
@@ -264,6 +306,11 @@ class MemoryPartition:
         scene = self.scenes.get(scene_id)
         if scene is None or scene.tenant_id != tenant_id:
             raise NotFound("scene not found")
+        return self.fresh(scene)
+
+    def fresh(self, scene: Scene) -> Scene:
+        """``scene`` with its summary made from its current live members (what is stored must never
+        quote a cell that left it)."""
         if scene.summary_dirty:
             members = [self.cells[m] for m in scene.members]
             scene.summary = extractive_summary(members, scene.centroid, self.tuning)
@@ -305,6 +352,12 @@ class MemoryPartition:
                 chosen.setdefault(pattern.id, pattern)
         return sorted(chosen.values(), key=lambda c: c.id)
 
+    def erase_effect(self, cell_ids: frozenset[str]) -> EraseEffect:
+        """The scenes an erase of ``cell_ids`` empties and the ones it recomputes (nothing changes)."""
+        scenes = {self.cells[c].scene_id for c in cell_ids if c in self.cells and self.cells[c].scene_id in self.scenes}
+        emptied = frozenset(s for s in scenes if s and all(m in cell_ids for m in self.scenes[s].members))
+        return EraseEffect(emptied, frozenset(s for s in scenes if s and s not in emptied))
+
     def tombstone(self, cell_id: str) -> Cell | None:
         """Tombstone a cell: out of every read and walk at once, its scene recomputed. None when it
         already was (a second delete is a no-op) or is absent."""
@@ -331,6 +384,7 @@ class MemoryPartition:
             cell = self.cells.pop(cid, None)
             if cell is None:
                 continue
+            self._count(cell, -1)
             self._tenant(cell.tenant_id).index.erase(cid)
             scene = self.scenes.get(cell.scene_id or "")
             if scene is not None:
@@ -347,7 +401,7 @@ class MemoryPartition:
                     outcome.revived.append(member)
             if scene.members:
                 self._recompute(scene)
-                outcome.recomputed.append(scene)
+                outcome.recomputed.append(self.fresh(scene))
                 continue
             del self.scenes[scene.id]
             self._centroid_index(scene).erase(scene.id)
@@ -358,61 +412,95 @@ class MemoryPartition:
         return outcome
 
     # ----------------------------------------------------------- consolidation
-    def consolidate(
-        self, tenant_id: str, scene_id: str, new_id: Callable[[], str], source_agent: str, now: datetime
-    ) -> ConsolidationOutcome:
-        """Abstract groups of near-duplicate live L0 members into L1 Patterns.
-
-        Groups are found greedily, seeds in order of salience then id, so the
-        result is deterministic. Each group of at least ``min_group`` cells
-        becomes one Pattern (content quoted from its most central member,
-        embedding the normalised mean, salience the group's maximum) and its
-        members get ``superseded_by``. The centroid is then recomputed from the
-        live members and the summary redone.
-        """
+    def consolidation_pool(self, tenant_id: str, scene_id: str) -> list[Cell]:
+        """The scene's live L0 members in seed order (salience, then id): what ``find_groups`` runs over."""
         scene = self.scene(tenant_id, scene_id)
         members = [self.cells[m] for m in scene.members]
-        pool = sorted((c for c in members if c.live and c.layer is Layer.L0), key=lambda c: (-c.salience, c.id))
-        taken: set[str] = set()
+        return sorted((c for c in members if c.live and c.layer is Layer.L0), key=lambda c: (-c.salience, c.id))
+
+    def consolidate(
+        self,
+        tenant_id: str,
+        scene_id: str,
+        new_id: Callable[[], str],
+        source_agent: str,
+        now: datetime,
+        groups: list[list[str]] | None = None,
+    ) -> ConsolidationOutcome:
+        """Abstract each group of near-duplicate live L0 members into an L1 Pattern.
+
+        ``groups`` are member ids found by ``mesh.consolidation.find_groups`` over
+        ``consolidation_pool`` (an actor finds them off its event loop, while other
+        calls may run); None finds them here.
+
+        A group is re-checked first: members that are gone, no longer live or
+        no longer in the scene are left out, and a group left below
+        ``min_group`` is skipped. Each Pattern quotes its most central member,
+        its embedding is the normalised mean, its salience the group's maximum;
+        the members get ``superseded_by``. The centroid and summary are then
+        recomputed. :meth:`revert_consolidation` undoes it (a failed commit).
+        """
+        scene = self.scene(tenant_id, scene_id)
+        if groups is None:
+            pool = self.consolidation_pool(tenant_id, scene_id)
+            found = (
+                find_groups(np.stack([c.embedding for c in pool]), self.tuning.duplicate_similarity, self.tuning.min_group)
+                if pool
+                else []
+            )
+            groups = [[pool[i].id for i in g] for g in found]
         patterns: list[Cell] = []
         superseded: list[Cell] = []
-        for seed in pool:
-            if seed.id in taken:
-                continue
+        for ids in groups:
             group = [
                 c
-                for c in pool
-                if c.id not in taken and float(np.dot(c.embedding, seed.embedding)) >= self.tuning.duplicate_similarity
+                for c in (self.cells.get(i) for i in ids)
+                if c is not None and c.live and c.layer is Layer.L0 and c.scene_id == scene.id
             ]
             if len(group) < self.tuning.min_group:
                 continue
-            pattern_id = new_id()
-            mean = normalize(np.mean([c.embedding for c in group], axis=0))
-            central = max(group, key=lambda c: (float(np.dot(c.embedding, mean)), -c.created_at.timestamp()))
+            mean = normalize(np.sum([c.embedding for c in group], axis=0, dtype=np.float64))
+            centrality = np.stack([c.embedding for c in group]) @ mean
+            central = min(range(len(group)), key=lambda i: (-float(centrality[i]), group[i].created_at.timestamp()))
             pattern = Cell(
-                id=pattern_id,
+                id=new_id(),
                 tenant_id=tenant_id,
                 project_id=scene.project_id,
                 cell_type=CellType.PATTERN,
-                content=central.content,
+                content=group[central].content,
                 salience=max(c.salience for c in group),
                 source_agent=source_agent,
                 created_at=now,
                 last_accessed=now,
                 layer=Layer.L1,
                 embedding=mean,
-                engine=seed.engine,
+                engine=group[0].engine,
                 scene_id=scene.id,
             )
-            for cell in group:
-                taken.add(cell.id)
-                cell.superseded_by = pattern_id
-                self._tenant(tenant_id).put(cell)
-                superseded.append(cell)
+            for member in group:
+                member.superseded_by = pattern.id
+                self._tenant(tenant_id).put(member)
+                superseded.append(member)
             self._insert(pattern)
             patterns.append(pattern)
         self._recompute(scene)
-        return ConsolidationOutcome(scene=self.scene(tenant_id, scene_id), patterns=patterns, superseded=superseded)
+        return ConsolidationOutcome(scene=self.fresh(scene), patterns=patterns, superseded=superseded)
+
+    def revert_consolidation(self, outcome: ConsolidationOutcome) -> None:
+        """Undo ``consolidate`` (its commit failed): the Patterns leave memory, their members are live again."""
+        made = {p.id for p in outcome.patterns}
+        for member in outcome.superseded:
+            if member.superseded_by in made:
+                member.superseded_by = None
+                self._tenant(member.tenant_id).put(member)
+        scene = outcome.scene
+        for pattern in outcome.patterns:
+            if self.cells.pop(pattern.id, None) is not None:
+                self._count(pattern, -1)
+            self._tenant(pattern.tenant_id).index.erase(pattern.id)
+            if pattern.id in scene.members:
+                scene.members.remove(pattern.id)
+        self._recompute(scene)
 
     def _recompute(self, scene: Scene) -> None:
         live = [self.cells[m] for m in scene.members if self.cells[m].live]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from mesh.errors import RateLimited
@@ -17,26 +18,53 @@ class BucketPolicy:
 
 
 class TokenBuckets:
-    """Guarantee: a charge that would take a bucket below zero raises
-    :class:`RateLimited` with the whole seconds until one token is back, and
-    takes nothing."""
+    """Guarantees:
+    - A charge that would take a bucket below zero raises :class:`RateLimited`
+      with the whole seconds until enough tokens are back, and takes nothing.
+      A charge costs at most ``burst`` (a batch larger than the burst waits for
+      a full bucket rather than never fitting).
+    - Memory is bounded by ``max_keys`` buckets. Past it, the buckets used least
+      recently are forgotten first, so callers that keep coming back (and any
+      caller that was just refused) keep their state; a flood of new callers
+      cannot reset anyone else's limits.
+    """
 
     def __init__(self, policies: dict[str, BucketPolicy], max_keys: int = 100_000) -> None:
         self._policies = policies
-        self._state: dict[tuple[str, str], tuple[float, float]] = {}
+        self._state: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
         self._max_keys = max_keys
 
     def charge(self, bucket: str, caller: str, now: float, cost: float = 1.0) -> None:
         policy = self._policies.get(bucket)
         if policy is None or policy.rate <= 0:
             return
+        cost = min(cost, policy.burst)
         key = (bucket, caller)
         tokens, last = self._state.get(key, (policy.burst, now))
         tokens = min(policy.burst, tokens + max(0.0, now - last) * policy.rate)
         if tokens < cost:
+            self._keep(key, tokens, now)
             wait = (cost - tokens) / policy.rate
-            self._state[key] = (tokens, now)
             raise RateLimited(f"rate limit of the {bucket} bucket reached", retry_after=max(1, math.ceil(wait)))
-        if len(self._state) >= self._max_keys and key not in self._state:
-            self._state.clear()  # bounded memory: full buckets are the default state anyway
-        self._state[key] = (tokens - cost, now)
+        self._keep(key, tokens - cost, now)
+
+    def require(self, bucket: str, caller: str, now: float) -> None:
+        """RateLimited when the caller's bucket holds less than one token; takes nothing."""
+        policy = self._policies.get(bucket)
+        state = self._state.get((bucket, caller))
+        if policy is None or policy.rate <= 0 or state is None:
+            return
+        tokens = min(policy.burst, state[0] + max(0.0, now - state[1]) * policy.rate)
+        if tokens < 1.0:
+            raise RateLimited(
+                f"rate limit of the {bucket} bucket reached", retry_after=max(1, math.ceil((1.0 - tokens) / policy.rate))
+            )
+
+    def _keep(self, key: tuple[str, str], tokens: float, now: float) -> None:
+        self._state[key] = (tokens, now)
+        self._state.move_to_end(key)
+        while len(self._state) > self._max_keys:
+            self._state.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._state)

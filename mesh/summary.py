@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from mesh.model import Cell, Vector
@@ -18,15 +20,11 @@ def extractive_summary(members: list[Cell], centroid: Vector, tuning: SceneTunin
     live = [c for c in members if c.live]
     if not live:
         return ""
-    scored = sorted(
-        live,
-        key=lambda c: (
-            -float(np.dot(c.embedding, centroid)) * (0.5 + 0.5 * c.salience),
-            c.created_at,
-            c.id,
-        ),
+    weights = np.stack([c.embedding for c in live]) @ centroid * np.array([0.5 + 0.5 * c.salience for c in live])
+    ranked = heapq.nsmallest(
+        tuning.summary_members, range(len(live)), key=lambda i: (-float(weights[i]), live[i].created_at, live[i].id)
     )
-    quotes = [_clip(" ".join(c.content.split()), tuning.summary_chars) for c in scored[: tuning.summary_members]]
+    quotes = [_clip(" ".join(live[i].content.split()), tuning.summary_chars) for i in ranked]
     return " | ".join(q for q in quotes if q)
 
 

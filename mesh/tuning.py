@@ -20,6 +20,9 @@ class SceneTuning:
     min_group: the smallest group consolidation abstracts.
     summary_members: how many members the extractive summary quotes.
     summary_chars: the longest quote taken from one member.
+    max_members: the most cells one scene holds (live or not). A cell whose
+        nearest scenes are full founds a new one, so every per-scene cost
+        (consolidation is quadratic in it) stays bounded.
     """
 
     join_similarity: float = 0.55
@@ -27,6 +30,7 @@ class SceneTuning:
     min_group: int = 2
     summary_members: int = 3
     summary_chars: int = 240
+    max_members: int = 4096
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,18 @@ A growable float32 matrix (rows never move, so a row number is a stable
 handle), a live mask, and an id map. Search is one matrix-vector product plus
 ``argpartition``: about 15 ms over 100k x 384 on this machine's 2 cores,
 against ~200 ms for a LanceDB brute-force scan (DESIGN.md section 4).
+
+Ties are broken by node id without any Python-level sort: each row also
+carries its id as a 128-bit key (a UUID's own value, so key order is the
+canonical string order; other ids use a 128-bit hash), and the order is one
+``np.lexsort``. Thousands of identical vectors cost a query no more than
+distinct ones.
 """
 
 from __future__ import annotations
+
+import hashlib
+import uuid
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +23,19 @@ import numpy.typing as npt
 from mesh.model import Vector
 
 BoolMask = npt.NDArray[np.bool_]
+Rows = npt.NDArray[np.intp]
+
+
+def id_key(node_id: str) -> tuple[int, int]:
+    """The (high, low) 64-bit halves of an id's sort key: a canonical UUID's value, else a 128-bit hash."""
+    try:
+        parsed = uuid.UUID(node_id)
+        value = parsed.int if str(parsed) == node_id else None
+    except ValueError:
+        value = None
+    if value is None:
+        value = int.from_bytes(hashlib.blake2b(node_id.encode("utf-8", "surrogatepass"), digest_size=16).digest(), "big")
+    return value >> 64, value & 0xFFFFFFFFFFFFFFFF
 
 
 class VectorIndex:
@@ -25,6 +47,8 @@ class VectorIndex:
         self.dims = dims
         self._matrix = np.zeros((max(capacity, 1), dims), dtype=np.float32)
         self._live = np.zeros(max(capacity, 1), dtype=np.bool_)
+        self._key_hi = np.zeros(max(capacity, 1), dtype=np.uint64)
+        self._key_lo = np.zeros(max(capacity, 1), dtype=np.uint64)
         self._ids: list[str] = []
         self._row: dict[str, int] = {}
 
@@ -59,6 +83,7 @@ class VectorIndex:
                 self._grow()
             self._ids.append(node_id)
             self._row[node_id] = row
+            self._key_hi[row], self._key_lo[row] = id_key(node_id)
         self._matrix[row] = vector
         self._live[row] = live
         return row
@@ -71,6 +96,13 @@ class VectorIndex:
     def erase(self, node_id: str) -> None:
         """Zero ``node_id``'s vector and take it out of every search (its row stays, dead)."""
         row = self._row.get(node_id)
+        if row is not None:
+            self._matrix[row] = 0.0
+            self._live[row] = False
+
+    def forget(self, node_id: str) -> None:
+        """``erase``, and unmap the id: a later ``upsert`` of it takes a new row (the old row stays dead)."""
+        row = self._row.pop(node_id, None)
         if row is not None:
             self._matrix[row] = 0.0
             self._live[row] = False
@@ -107,9 +139,7 @@ class VectorIndex:
             if candidates.size < n // 2
             else self.scores(query)[candidates]
         )
-        top = self._top(sims, k)
-        order = sorted(top.tolist(), key=lambda i: (-float(sims[i]), self._ids[int(candidates[i])]))[:k]
-        return [(self._ids[int(candidates[i])], float(sims[i])) for i in order]
+        return [(self._ids[int(candidates[i])], float(sims[i])) for i in self._best(sims, candidates, k)]
 
     def search_many(
         self, queries: npt.NDArray[np.float32], k: int, mask: BoolMask | None = None
@@ -126,17 +156,26 @@ class VectorIndex:
         answers = []
         for j in range(len(queries)):
             column = sims[:, j]
-            picked = sorted(self._top(column, k).tolist(), key=lambda i: (-float(column[i]), self._ids[int(rows[i])]))[:k]
-            answers.append([(self._ids[int(rows[i])], float(column[i])) for i in picked])
+            answers.append([(self._ids[int(rows[i])], float(column[i])) for i in self._best(column, rows, k)])
         return answers
 
-    @staticmethod
-    def _top(sims: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
-        """Positions of the ``k`` best scores, plus any tied with the k-th (the caller breaks ties by id)."""
+    def _ordered(self, positions: Rows, sims: npt.NDArray[np.float32], rows: Rows) -> Rows:
+        """``positions`` (into ``sims``/``rows``) by score, best first, ties by id key."""
+        chosen = rows[positions]
+        order: Rows = positions[np.lexsort((self._key_lo[chosen], self._key_hi[chosen], -sims[positions]))]
+        return order
+
+    def _best(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> Rows:
+        """Positions of exactly the ``k`` best scores (ties broken by id), best first: all numpy."""
         if k >= sims.size:
-            return np.arange(sims.size)
+            return self._ordered(np.arange(sims.size), sims, rows)
         kth = np.partition(-sims, k - 1)[k - 1]
-        return np.flatnonzero(-sims <= kth)
+        better = np.flatnonzero(-sims < kth)
+        tied = np.flatnonzero(-sims == kth)
+        need = k - better.size
+        if tied.size > need:
+            tied = tied[np.lexsort((self._key_lo[rows[tied]], self._key_hi[rows[tied]]))[:need]]
+        return self._ordered(np.concatenate([better, tied]), sims, rows)
 
     def _grow(self) -> None:
         capacity = self._matrix.shape[0] * 2
@@ -145,3 +184,8 @@ class VectorIndex:
         live = np.zeros(capacity, dtype=np.bool_)
         live[: self._live.shape[0]] = self._live
         self._matrix, self._live = matrix, live
+        for name in ("_key_hi", "_key_lo"):
+            old = getattr(self, name)
+            grown = np.zeros(capacity, dtype=np.uint64)
+            grown[: old.shape[0]] = old
+            setattr(self, name, grown)

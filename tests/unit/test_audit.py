@@ -60,7 +60,7 @@ async def test_a_row_altered_in_storage_is_detected(core: Memesh) -> None:
     for name in ("a", "b", "c"):
         await core.identity.issue(ADMIN, "t1", name, ["Writer"])
     shard = core.directory.audit_log().target  # type: ignore[attr-defined]
-    uri = shard.config.storage_uri
+    uri = shard.config.storage.uri
     db = lancedb.connect(uri)
     db.open_table("audit_log").update(where="seq = 2", values={"target": "someone-else"})
     verdict = await core.identity.verify_audit(ADMIN)

@@ -75,7 +75,7 @@ async def test_erase_removes_a_project_everywhere_and_certifies_it(core: Memesh,
     assert ("Erased", "ok", "project:alpha") in await audit_kinds(core)
 
     # The rows are gone from storage, older table versions included.
-    uri = core.directory.scene_shard(0).target.config.storage_uri  # type: ignore[attr-defined]
+    uri = core.directory.scene_shard(0).target.config.storage.uri  # type: ignore[attr-defined]
     db = lancedb.connect(uri)
     for name in db.list_tables().tables:
         if name.endswith("_cells"):

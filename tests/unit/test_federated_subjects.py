@@ -13,7 +13,7 @@ import pytest
 from actors.facade import Memesh
 from cluster.compose import start_core
 from mesh.audit import AuditKind
-from mesh.errors import ConfigInvalid, Conflict, Forbidden, NotFound, ValidationFailed
+from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from mesh.identity import AgentStatus, Principal, Role
 from tests.unit.conftest import ADMIN, in_process_settings
 
@@ -136,17 +136,36 @@ async def test_the_bootstrap_subject_is_bound_once_across_restarts(make_core: Ca
     await second.close()
 
 
-async def test_a_bootstrap_subject_squatted_by_a_lesser_agent_stops_the_start(
+async def test_a_bootstrap_subject_squatted_by_a_lesser_agent_does_not_stop_the_start(
     make_core: Callable[..., Memesh], tmp_path: object
 ) -> None:
-    core = make_core()
+    """Review M9: a squatted bootstrap subject stopped the start. Data written before the subject was
+    reserved must still start, and the squatter must never receive the first operator's logins."""
+    core = make_core()  # no bootstrap subject configured yet: nothing is reserved
     project_admin = Principal("00000000-0000-7000-8000-0000000000a1", "acme", frozenset({Role.PROJECT_ADMIN}))
     squatter = await core.identity.issue(project_admin, "acme", "squat", ["Writer"], oidc_subject="first-operator")
     settings = in_process_settings(tmp_path / "data", admin={"bootstrap_oidc_subject": "first-operator"})  # type: ignore[operator]
-    with pytest.raises(ConfigInvalid, match="not a ServiceAdmin"):
-        await start_core(core, settings)
+    core.identity._bootstrap_subject = "first-operator"  # as a head started with that setting holds it
+    await start_core(core, settings)  # serves
+    assert await core.identity.principal_for_subject("first-operator") is None  # ...but not as the squatter
     await core.identity.apply(ADMIN, squatter.agent.id, "revoke")
     await start_core(core, settings)  # revoked: the subject goes to a new ServiceAdmin
     principal = await core.identity.principal_for_subject("first-operator")
     assert principal is not None and principal.is_service_admin and principal.agent_id != squatter.agent.id
+    await core.close()
+
+
+async def test_the_bootstrap_subject_is_reserved_for_a_service_admin(make_core: Callable[..., Memesh]) -> None:
+    """Review M9: once the bootstrap operator's agent was revoked, any ProjectAdmin could bind its subject."""
+    core = make_core(admin={"bootstrap_oidc_subject": "first-operator"})
+    project_admin = Principal("00000000-0000-7000-8000-0000000000a1", "acme", frozenset({Role.PROJECT_ADMIN}))
+    with pytest.raises(Forbidden, match="reserved"):
+        await core.identity.issue(project_admin, "acme", "squat", ["Writer"], oidc_subject="first-operator")
+    writer = await core.identity.issue(project_admin, "acme", "w", ["Writer"])
+    with pytest.raises(Forbidden, match="reserved"):
+        await core.identity.bind_subject(project_admin, "first-operator", writer.agent.id)
+    with pytest.raises(Forbidden, match="reserved"):  # not even a ServiceAdmin binds it to a lesser agent
+        await core.identity.bind_subject(ADMIN, "first-operator", writer.agent.id)
+    rows = [r for r in await core.directory.audit_log().call("rows", 0, 1000) if r.kind == "AuthzDenied"]
+    assert len(rows) == 3 and all("reserved" in r.detail for r in rows)
     await core.close()

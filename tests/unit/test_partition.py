@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mesh.errors import NotFound, ValidationFailed
+from mesh.errors import NotFound
 from mesh.model import CellType, Layer
 from mesh.partition import MemoryPartition, partition_key, shard_for
 from mesh.query import NodeFilter
@@ -62,7 +62,7 @@ def test_explicit_scene_must_exist_in_tenant_and_project() -> None:
     assert joined.scene_id == c.scene_id
     with pytest.raises(NotFound):
         p.write([cell(direction(2, DIMS), tenant="t2", scene_id=c.scene_id)], [uid("5")])
-    with pytest.raises(ValidationFailed):
+    with pytest.raises(NotFound):  # another project's scene is as absent as a missing one (no existence oracle)
         p.write([cell(direction(2, DIMS), project="other", scene_id=c.scene_id)], [uid("5")])
 
 

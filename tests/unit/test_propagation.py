@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -83,8 +84,9 @@ async def test_removed_and_expired_beacons_attract_nothing(core: Memesh) -> None
     other, _ = await agent(core)
     writer, _ = await agent(core)
     beacon = await core.inbox.place_beacon(owner, "redis cache eviction")
-    expiring = await core.inbox.place_beacon(other, "redis cache eviction", ttl_s=0.001)
+    expiring = await core.inbox.place_beacon(other, "redis cache eviction", ttl_s=1.0)  # the shortest ttl allowed
     assert expiring.expires_at is not None
+    await asyncio.sleep(1.05)
     from mesh.errors import NotFound
 
     try:

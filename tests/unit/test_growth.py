@@ -1,0 +1,249 @@
+"""Growth has limits and a policy: retention, quotas, bounded per-scene work, and audit rows that
+precede the change they record.
+
+Each test names the finding of the 2026-11-23 review (../shared/reference/security-review.md)
+it would have caught. In process: real LanceDB under tmp_path, the hash engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from actors.directory import beacon_set_index, inbox_index
+from actors.facade import Memesh
+from mesh.consolidation import find_groups
+from mesh.errors import Conflict, QuotaExceeded, StorageUnavailable
+from mesh.identity import AgentStatus
+from mesh.inbox import AgentInbox
+from mesh.model import CellType, NewCell, normalize
+from tests.unit.conftest import ADMIN, Api, assert_error
+from tests.unit.test_propagation import agent, drain, settle, write
+
+DIMS = 384
+
+
+def test_an_inbox_drops_old_acknowledged_deliveries_then_the_oldest_past_its_cap() -> None:
+    """H6: deliveries were never deleted (5 KB of embedding plus the content each)."""
+    inbox = AgentInbox()
+    for n in range(10):
+        inbox.enqueue(f"d{n}", f"diff{n}", "p", 0.5, "{}", delivered_at=float(n))
+    inbox.commit(10)
+    inbox.cursor = 4
+    dropped, unacked = inbox.trim(now=100.0, acked_max_age_s=97.5, max_deliveries=100)
+    assert [d.seq for d in dropped] == [1, 2, 3] and unacked == 0  # acknowledged and older than 97.5 s
+    dropped, unacked = inbox.trim(now=100.0, acked_max_age_s=1e9, max_deliveries=5)
+    assert [d.seq for d in dropped] == [4, 5] and unacked == 1
+    page = inbox.pull(None, None, None, 100, lambda _: True)
+    assert [d.seq for d in page.items] == [6, 7, 8, 9, 10] and page.cursor == 4 and page.window_high == 10
+
+
+async def test_retention_removes_delivery_rows_and_survives_a_restart(make_core: Callable[..., Memesh]) -> None:
+    core = make_core(retention={"max_deliveries_per_inbox": 3, "sweep_interval_s": 0})
+    listener, _ = await agent(core, role="Reader")
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "kafka consumer lag")
+    for n in range(6):
+        await write(core, writer, f"kafka consumer lag alert number {n}", salience=0.9)
+    await settle(core)
+    shard = core.directory.inbox_shard(inbox_index(core.directory, listener.agent_id))
+    await shard.call("sweep")
+    held = (await drain(core, listener, since=0))["items"]
+    assert len(held) == 3 and {i["delivery_seq"] for i in held} == {4, 5, 6}
+    assert (await core.health())["deliveries_dropped_unacked"] == 3
+    await core.close()
+    again = make_core(retention={"max_deliveries_per_inbox": 3, "sweep_interval_s": 0})
+    assert {i["delivery_seq"] for i in (await drain(again, listener, since=0))["items"]} == {4, 5, 6}
+    await again.close()
+
+
+async def test_removed_and_expired_beacons_leave_memory_and_storage(make_core: Callable[..., Memesh]) -> None:
+    """H6: ``remove`` only set a flag and expired beacons stayed for ever (memory, rows, every walk's mask)."""
+    core = make_core(retention={"sweep_interval_s": 0})
+    owner, _ = await agent(core, role="Reader")
+    ref = core.directory.beacon_set(beacon_set_index(core.directory, owner.agent_id))
+    for n in range(200):  # a place-then-remove loop
+        placed = await core.inbox.place_beacon(owner, f"interest {n}")
+        await core.inbox.remove_beacon(owner, placed.id)
+        await core.inbox.remove_beacon(owner, placed.id)  # a repeated removal is still a no-op
+    for n in range(5):
+        await core.inbox.place_beacon(owner, f"short-lived {n}", ttl_s=1.0)
+    await asyncio.sleep(1.05)
+    await core.inbox.place_beacon(owner, "kept")  # purges the agent's expired beacons first
+    target = ref.target  # type: ignore[attr-defined]
+    assert list(target.beacons) and len(target.beacons) == 1
+    assert await target._beacon_table.count() == 1
+    assert target._tenants["t1"].index.size < 300  # the index is rebuilt, not grown for ever
+    await core.close()
+
+
+async def test_sessions_are_capped_and_closed_ones_purged(make_core: Callable[..., Memesh]) -> None:
+    """H6: sessions, closed ones included, were never deleted and all loaded at start."""
+    core = make_core(limits={"max_open_sessions_per_agent": 3}, retention={"closed_session_max_age_s": 0, "sweep_interval_s": 0})
+    writer, _ = await agent(core)
+    sessions = [await core.memory.open_session(writer, "p") for _ in range(3)]
+    with pytest.raises(QuotaExceeded):
+        await core.memory.open_session(writer, "p")
+    await core.memory.close_session(writer, sessions[0].id)
+    await core.memory.open_session(writer, "p")  # a closed one frees its slot
+    registry = core.directory.registry()
+    assert await registry.call("sweep", datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert (await registry.call("health"))["sessions"] == 3
+    await core.close()
+
+
+async def test_tenant_quotas_answer_quota_exceeded_without_retry_after(make_core: Callable[..., Memesh]) -> None:
+    """H6: nothing capped a tenant's cells, beacons or bytes."""
+    core = make_core(quotas={"max_cells_per_tenant": 5, "max_beacons_per_tenant": 2, "max_bytes_per_tenant": 0})
+    api = Api(core)
+    key = await api.key()
+    batch = {"cells": [{"content": f"cell {n}", "cell_type": "Fact"} for n in range(4)]}
+    assert (await api.call("POST", "/v1/cells:batch", key, batch)).status_code == 201
+    refused = await api.call("POST", "/v1/cells:batch", key, batch)
+    assert_error(refused, 429, "quota_exceeded")
+    assert "retry-after" not in refused.headers
+    assert (await api.call("POST", "/v1/cells", key, {"content": "the fifth", "cell_type": "Fact"})).status_code == 201
+    other_tenant = await api.key(tenant="t2")
+    assert (await api.call("POST", "/v1/cells", other_tenant, {"content": "mine", "cell_type": "Fact"})).status_code == 201
+    for n in range(2):
+        assert (await api.call("POST", "/v1/beacons", key, {"interest": f"b{n}"})).status_code == 200
+    assert_error(await api.call("POST", "/v1/beacons", key, {"interest": "b3"}), 429, "quota_exceeded")
+    await api.http.aclose()
+    await core.close()
+    sized = make_core(quotas={"max_bytes_per_tenant": 20_000})
+    api = Api(sized)
+    key = await api.key(tenant="t3")
+    big = {"content": "x" * 16_000, "cell_type": "Fact"}
+    assert (await api.call("POST", "/v1/cells", key, big)).status_code == 201
+    assert_error(await api.call("POST", "/v1/cells", key, big), 429, "quota_exceeded")
+    await api.http.aclose()
+    await sized.close()
+
+
+def test_find_groups_matches_the_greedy_definition() -> None:
+    """H4: the vectorised grouping decides what the Python double loop decided."""
+    rng = np.random.default_rng(3)
+    base = [normalize(rng.normal(size=32)) for _ in range(6)]
+    rows = np.stack([normalize(base[i % 6] + 0.15 * rng.normal(size=32)) for i in range(700)])
+    groups = find_groups(rows, 0.9, 2)
+    taken: set[int] = set()
+    expected = []
+    for seed in range(len(rows)):
+        if seed in taken:
+            continue
+        group = [i for i in range(len(rows)) if i not in taken and float(rows[i] @ rows[seed]) >= 0.9]
+        if len(group) >= 2:
+            taken.update(group)
+            expected.append(group)
+    assert groups == expected
+
+
+async def test_scenes_are_capped_and_consolidation_leaves_the_loop_free(make_core: Callable[..., Memesh]) -> None:
+    """H4: scene size had no cap and consolidation was O(n^2) Python on the shard's event loop."""
+    core = make_core(scenes={"max_members": 300})
+    writer, _ = await agent(core)
+    rng = np.random.default_rng(5)
+    base = normalize(rng.normal(size=DIMS))
+    vectors = [normalize(base + 0.9 * rng.normal(size=DIMS) / np.sqrt(DIMS)) for _ in range(700)]
+    specs = [NewCell(f"near {n}", CellType.FACT, embedding=tuple(v.tolist())) for n, v in enumerate(vectors)]
+    cells = []
+    for start in range(0, len(specs), 100):
+        cells += await core.memory.write_cells(writer, specs[start : start + 100])
+    scenes = {c.scene_id for c in cells}
+    assert len(scenes) >= 3  # 700 similar cells, at most 300 a scene
+    shard = core.directory.scene_shard(0).target  # type: ignore[attr-defined]
+    shard = shard if cells[0].scene_id in shard.partition.scenes else core.directory.scene_shard(1).target  # type: ignore[attr-defined]
+    assert max(len(shard.partition.scenes[s].members) for s in scenes) <= 300
+    with pytest.raises(Conflict):  # an explicit scene_id on a full scene
+        full = next(s for s in scenes if len(shard.partition.scenes[s].members) == 300)
+        await core.memory.write_cells(writer, [NewCell("one more", CellType.FACT, scene_id=full)])
+    work = asyncio.create_task(core.memory.consolidate(writer, cells[0].scene_id or ""))
+    started = time.perf_counter()
+    await core.memory.query(writer, "near", None, 5, _no_filter())  # answered while the consolidation runs
+    assert time.perf_counter() - started < 2.0
+    report = await work
+    assert report.scene.live_count <= 300
+    await core.close()
+
+
+def _no_filter() -> Any:
+    from mesh.query import NodeFilter
+
+    return NodeFilter()
+
+
+async def test_a_consolidation_whose_commit_fails_leaves_nothing_behind(make_core: Callable[..., Memesh]) -> None:
+    """M8: memory kept the Patterns after a failed commit; a later touch persisted members superseded by a
+    Pattern that did not exist, and after a restart those cells vanished from every read."""
+    core = make_core()
+    writer, _ = await agent(core)
+    ids = [await write(core, writer, "rotate the tls certificates every ninety days") for _ in range(3)]
+    scene_id = (await core.memory.query(writer, "rotate the tls certificates", None, 1, _no_filter()))[0].scene_id or ""
+    shard = next(
+        s.target  # type: ignore[attr-defined]
+        for s in (core.directory.scene_shard(0), core.directory.scene_shard(1))
+        if scene_id in s.target.partition.scenes  # type: ignore[attr-defined]
+    )
+    table = shard._cells
+    real_append = table.append
+    calls = 0
+
+    async def failing(rows: Any) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise StorageUnavailable("storage failed during append")
+        await real_append(rows)
+
+    table.append = failing
+    with pytest.raises(StorageUnavailable):
+        await core.memory.consolidate(writer, scene_id)
+    found = await core.memory.recall(writer, "rotate the tls certificates", None, 10, _no_filter())
+    assert {c.id for c in found} == set(ids) and all(c.superseded_by is None for c in found)
+    await asyncio.sleep(1.2)  # the access times of that recall are committed
+    await core.close()
+    again = make_core()
+    after = await again.memory.query(writer, "rotate the tls certificates", None, 10, _no_filter())
+    assert {c.id for c in after} == set(ids)
+    await again.close()
+
+
+async def test_an_audit_row_precedes_the_change_it_records(core: Memesh) -> None:
+    """M4: revoke, rotate and issue changed the registry first and wrote the row after; a failed row left
+    a change with no audit row (and a rotate's new key lost)."""
+    issued = await core.identity.issue(ADMIN, "t1", "victim", ["Writer"])
+    audit = core.directory.audit_log().target  # type: ignore[attr-defined]
+    real = audit.append
+
+    async def broken(*_: Any, **__: Any) -> int:
+        raise StorageUnavailable("storage failed during append to audit_log")
+
+    audit.append = broken
+    for action in ("revoke", "rotate", "suspend"):
+        with pytest.raises(StorageUnavailable):
+            await core.identity.apply(ADMIN, issued.agent.id, action)
+    with pytest.raises(StorageUnavailable):
+        await core.identity.issue(ADMIN, "t1", "never", ["Writer"])
+    audit.append = real
+    agent_now = await core.identity.get(ADMIN, issued.agent.id)
+    assert agent_now.status is AgentStatus.ACTIVE and agent_now.key_hash == issued.agent.key_hash
+    assert [a.display_name for a in (await core.identity.list(ADMIN, None, 100))[0]] == ["victim"]
+
+    registry = core.directory.registry().target  # type: ignore[attr-defined]
+    real_apply = registry.apply
+
+    async def failing_apply(*_: Any) -> Any:
+        raise StorageUnavailable("storage failed during append to registry_agents")
+
+    registry.apply = failing_apply
+    with pytest.raises(StorageUnavailable):
+        await core.identity.apply(ADMIN, issued.agent.id, "revoke")
+    registry.apply = real_apply
+    rows = [(r.kind, r.outcome) for r in await core.directory.audit_log().call("rows", 0, 100)]
+    assert rows[-2:] == [("AgentRevoked", "ok"), ("AgentRevoked", "failed")]
