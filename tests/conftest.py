@@ -7,6 +7,11 @@
   whole session.
 - ``tests/e2e`` (marker ``e2e``): ``memesh serve`` as a subprocess joined to
   that same Ray, used over real sockets (HTTP, gRPC, the CLI).
+- ``tests/adversarial`` (markers ``e2e`` and ``adversarial``): the same
+  servers, tried as an attacker would: schema fuzzing, extreme inputs then a
+  restart, kill -9 under load, revocation of open streams, erased bytes on disk.
+
+The server fixtures (``tests/servers.py``) are registered here for every tier.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+from tests.servers import admin_server, oidc_provider, server  # noqa: E402, F401 - session fixtures for every tier
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).parts
@@ -31,6 +39,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
         elif "e2e" in parts:
             item.add_marker(pytest.mark.e2e)
+        elif "adversarial" in parts:
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.adversarial)
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from memesh_proto import admin_pb2, admin_pb2_grpc
-from tests.e2e.conftest import Server, assert_envelope
+from tests.servers import Server, assert_envelope
 
 MEMORIES = [
     "The payment service retries a declined card charge three times before giving up.",

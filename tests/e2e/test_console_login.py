@@ -1,7 +1,7 @@
 """The operator console login against a real OpenID provider (oidc-provider on loopback).
 
 ``memesh serve`` runs as a subprocess with the console on; a headless client
-walks the provider's login and consent pages (tests/e2e/conftest.py).
+walks the provider's login and consent pages (tests/servers.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import (
+from tests.servers import (
     BOOTSTRAP_SUBJECT,
     OIDC_CLIENT_SECRET,
     OidcProvider,

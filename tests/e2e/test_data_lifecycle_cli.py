@@ -12,8 +12,8 @@ import httpx
 
 from actors.erasure_signing import verify_receipt
 from memesh_proto import admin_pb2, admin_pb2_grpc
-from tests.e2e.conftest import Server
 from tests.e2e.test_propagation import pull_until
+from tests.servers import Server
 
 
 def cli_json(server: Server, *args: str, key_file: Path | None = None) -> dict[str, Any]:

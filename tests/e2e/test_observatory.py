@@ -1,7 +1,7 @@
 """The observatory over real sockets: a console session, /events, the WebSocket stream.
 
 Uses the ``admin_server`` fixture (``memesh serve`` with the console enabled
-and a real OIDC provider) and ``console_login`` from ``tests/e2e/conftest.py``.
+and a real OIDC provider) and ``console_login`` from ``tests/servers.py``.
 Cells are written through /v1 with agent keys from ``admin_server.issue``;
 operators log in through the provider as subjects bound at issue time
 (``--oidc-subject``). The WebSocket client is the ``websockets`` library,
@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from actors.propagation import diff_id_of
-from tests.e2e.conftest import OidcProvider, Server, assert_envelope, console_login
+from tests.servers import OidcProvider, Server, assert_envelope, console_login
 from tests.unit.helpers import EVENT_FIELDS
 
 SESSION_COOKIE = "service_admin_session"

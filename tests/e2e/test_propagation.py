@@ -10,7 +10,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
-from tests.e2e.conftest import Server, assert_envelope
+from tests.servers import Server, assert_envelope
 
 
 def pull_until(

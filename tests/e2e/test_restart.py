@@ -5,8 +5,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.e2e.conftest import Server
 from tests.e2e.test_propagation import pull_until
+from tests.servers import Server
 
 
 def test_restart_keeps_cells_scenes_agents_sessions_and_writes_no_new_key(ray_address: str, tmp_path: Path) -> None:

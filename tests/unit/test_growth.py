@@ -247,3 +247,22 @@ async def test_an_audit_row_precedes_the_change_it_records(core: Memesh) -> None
     registry.apply = real_apply
     rows = [(r.kind, r.outcome) for r in await core.directory.audit_log().call("rows", 0, 100)]
     assert rows[-2:] == [("AgentRevoked", "ok"), ("AgentRevoked", "failed")]
+
+
+async def test_a_descriptor_is_never_stored_without_its_audit_row(core: Memesh) -> None:
+    """M4: ``DescriptorService.put`` stored the descriptor, then wrote the row."""
+    issued = await core.identity.issue(ADMIN, "t1", "described", ["Writer"])
+    audit = core.directory.audit_log().target  # type: ignore[attr-defined]
+    real = audit.append
+
+    async def broken(*_: Any, **__: Any) -> int:
+        raise StorageUnavailable("storage failed during append to audit_log")
+
+    audit.append = broken
+    with pytest.raises(StorageUnavailable):
+        await core.descriptors.put(ADMIN, issued.agent.id, {"name": "planner", "description": "plans"})
+    audit.append = real
+    from mesh.errors import NotFound
+
+    with pytest.raises(NotFound):  # nothing was stored
+        await core.descriptors.get(ADMIN, issued.agent.id)

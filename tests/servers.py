@@ -1,7 +1,9 @@
-"""``memesh serve`` as a real subprocess on free loopback ports.
+"""``memesh serve`` as a real subprocess on free loopback ports, for the e2e and adversarial tiers.
 
 Each server joins the session's shared Ray (``--ray-address``) in a namespace
-of its own, so a restart gets fresh actors that reload from storage.
+of its own, so a restart gets fresh actors that reload from storage. The
+session fixtures here (``server``, ``oidc_provider``, ``admin_server``) are
+registered for every tier by ``tests/conftest.py``.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Server:
     def start(self, timeout_s: float = 180.0) -> Server:
         self.port, self.grpc_port = free_port(), free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "MEMESH_RAY__NAMESPACE": f"e2e-{uuid.uuid4().hex[:8]}", **self.extra_env}
+        self.namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+        env = {**os.environ, "MEMESH_RAY__NAMESPACE": self.namespace, **self.extra_env}
         args = [
             str(BIN / "memesh"),
             "serve",
@@ -93,6 +96,21 @@ class Server:
                 self.proc.wait(10)
         self.log.close()
         return int(self.proc.returncode)
+
+    def kill9(self, timeout_s: float = 60.0) -> None:
+        """SIGKILL the head (no shutdown at all), then wait until Ray has reaped the actors it owned, so
+        the next start is the only writer of the data (as after a machine loses the whole server)."""
+        import ray
+
+        self.stop(signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor("registry", namespace=self.namespace)
+            except ValueError:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"the killed head's actors in {self.namespace} are still alive after {timeout_s}s")
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -150,7 +168,7 @@ def assert_envelope(response: httpx.Response, status: int, code: str) -> None:
 # ---------------------------------------------------------------- operator console (OIDC)
 # A real OpenID provider (npm oidc-provider, tests/oidc; `make test` runs `npm ci` there)
 # on a free loopback port for the session, and a headless browser for its login pages.
-OIDC_DIR = Path(__file__).resolve().parents[1] / "oidc"
+OIDC_DIR = Path(__file__).resolve().parent / "oidc"
 OIDC_CLIENT_ID = "memesh-console"
 OIDC_CLIENT_SECRET = "memesh-console-test-secret"
 BOOTSTRAP_SUBJECT = "root-operator"
@@ -262,7 +280,8 @@ def console_login(base_url: str, provider: OidcProvider, subject: str) -> httpx.
 def admin_server(ray_address: str, tmp_path_factory: pytest.TempPathFactory, oidc_provider: OidcProvider) -> Iterator[Server]:
     """A server with the operator console on (hash engine), logging in with ``oidc_provider``;
     ``root-operator`` is its bootstrap ServiceAdmin subject."""
-    env = {**oidc_provider.console_env(), "MEMESH_OBSERVATORY__ENABLED": "true"}
+    # A batch is charged per cell: the reembed test writes 512 cells in a few seconds.
+    env = {**oidc_provider.console_env(), "MEMESH_OBSERVATORY__ENABLED": "true", "MEMESH_RATE_LIMITS__WRITE__BURST": "1000"}
     srv = Server(tmp_path_factory.mktemp("console") / "data", ray_address, "hash", env).start()
     yield srv
     srv.stop()
