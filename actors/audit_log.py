@@ -78,7 +78,7 @@ class AuditLog:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         self._table = await store.table("audit_log", AUDIT_SCHEMA)
-        stored = await self._table.read_all()
+        stored = await self._table.load()
         rows = [AuditRow(**r) for r in stored.select(_CHAIN_FIELDS).to_pylist()]
         self._last = max(rows, key=lambda r: r.seq) if rows else None
         ops = sorted(

@@ -133,7 +133,7 @@ class BeaconSet:
         self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
         self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
         stale = []
-        beacon_rows, agent_rows = await self._beacon_table.read_all(), await self._agent_table.read_all()
+        beacon_rows, agent_rows = await self._beacon_table.load(), await self._agent_table.load()
         beacons, nodes = beacons_from_arrow(beacon_rows), agent_nodes_from_arrow(agent_rows)
         self._skipped = beacon_rows.num_rows - len(beacons) + agent_rows.num_rows - len(nodes)
         for beacon in beacons:

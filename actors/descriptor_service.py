@@ -6,9 +6,10 @@ Guarantees:
 - Authority as for agents (spec section 5): a ProjectAdmin reading an agent
   of another tenant gets NotFound, as for a missing one; setting or importing
   there is Forbidden with an ``AuthzDenied`` row and nothing stored.
-- Every change writes its ``DescriptorSet`` / ``DescriptorImport`` row after
-  the descriptor is stored and answers only once the row is durable (a failed
-  row fails the request). An import of the very document already
+- Every change writes its ``DescriptorSet`` / ``DescriptorImport`` row before
+  the descriptor is stored, so no stored descriptor lacks its row; a failed
+  row fails the request with nothing stored, and a store that then fails adds
+  a row with outcome ``failed``. An import of the very document already
   imported (same RFC 8785 digest) returns the stored descriptor unchanged and
   writes nothing (idempotent, rule 5).
 - A signed card is verified against the supplied JWKS before anything is
@@ -17,6 +18,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import replace
 from typing import Any
@@ -37,7 +39,7 @@ from mesh.descriptor import (
     is_same_import,
     parse_import,
 )
-from mesh.errors import Forbidden, NotFound
+from mesh.errors import Forbidden, MemeshError, NotFound
 from mesh.identity import Agent, Principal, check_can_mutate_agent, check_can_read_agent, require_admin
 
 
@@ -61,8 +63,7 @@ class DescriptorService:
         digest = document_digest(descriptor.to_json())
         origin = Origin(DescriptorFormat.MANUAL, CardShape.MANUAL, None, digest, None, self._clock())
         stored = replace(descriptor, origin=origin)
-        await self._dir.registry().call("put_descriptor", agent_id, json.dumps(stored.to_json(), sort_keys=True))
-        await record(self._dir, actor, AuditKind.DESCRIPTOR_SET, agent_id, "ok", {"document_sha256": digest})
+        await self._store(actor, AuditKind.DESCRIPTOR_SET, agent_id, stored, {"document_sha256": digest})
         return stored
 
     async def import_document(
@@ -85,9 +86,18 @@ class DescriptorService:
             "document_sha256": digest,
             "signature_verified": signature is not None,
         }
-        await self._dir.registry().call("put_descriptor", agent_id, json.dumps(stored.to_json(), sort_keys=True))
-        await record(self._dir, actor, AuditKind.DESCRIPTOR_IMPORT, agent_id, "ok", detail)
+        await self._store(actor, AuditKind.DESCRIPTOR_IMPORT, agent_id, stored, detail)
         return stored
+
+    async def _store(self, actor: Principal, kind: AuditKind, agent_id: str, stored: Descriptor, detail: dict[str, Any]) -> None:
+        """The audit row, then the descriptor; a store that fails after the row adds a ``failed`` row."""
+        await record(self._dir, actor, kind, agent_id, "ok", detail)
+        try:
+            await self._dir.registry().call("put_descriptor", agent_id, json.dumps(stored.to_json(), sort_keys=True))
+        except MemeshError as exc:
+            with contextlib.suppress(MemeshError):
+                await record(self._dir, actor, kind, agent_id, "failed", {**detail, "error": str(exc.code)})
+            raise
 
     async def _target(self, actor: Principal, agent_id: str, action: str) -> Agent:
         require_admin(actor)

@@ -86,7 +86,7 @@ class EraseJournal:
 
     async def load(self, store: LanceStore) -> None:
         self._table = await store.table("erase_journal", JOURNAL_SCHEMA)
-        for row in (await self._table.read_all()).to_pylist():
+        for row in (await self._table.load()).to_pylist():
             entry = _entry(row)
             self._entries[entry.erase_id] = entry
         await self._forget_old()

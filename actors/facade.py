@@ -115,12 +115,12 @@ class Memesh:
         """Charge an unauthenticated caller by its address (a console login not yet made)."""
         self._buckets.charge(bucket.value, f"address:{address}", self._monotonic())
 
-    async def health(self, timeout_s: float = 5.0) -> dict[str, Any]:
-        """Each actor's own figures; Unavailable when one does not answer in time. Answered from one
-        actor round at most every ``health_cache_s`` (concurrent callers share a round in flight), so
-        the unauthenticated ``/healthz`` cannot multiply actor calls."""
+    async def health(self, timeout_s: float = 5.0, cached: bool = False) -> dict[str, Any]:
+        """Each actor's own figures; Unavailable when one does not answer in time. With ``cached`` (what the
+        unauthenticated ``/healthz`` and ``/metrics`` use) the answer may be up to ``health_cache_s`` old and
+        concurrent callers share one actor round, so those routes cannot multiply actor calls."""
         now = self._monotonic()
-        if self._health is not None and now - self._health[0] < self._health_cache_s:
+        if cached and self._health is not None and now - self._health[0] < self._health_cache_s:
             return self._health[1]
         if self._health_check is None or self._health_check.done():
             self._health_check = asyncio.get_running_loop().create_task(self._check_health(timeout_s))

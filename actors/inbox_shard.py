@@ -114,12 +114,12 @@ class InboxShard:
         prefix = f"inbox_shard_{self.config.index}"
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
         self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
-        rows = await self._deliveries.read_all()
+        rows = await self._deliveries.load()
         decoded = deliveries_from_arrow(rows)
         self._skipped = rows.num_rows - len(decoded)
         for agent_id, stored in decoded:
             self._inbox(agent_id).restore(stored)
-        for row in (await self._cursors.read_all()).to_pylist():
+        for row in (await self._cursors.load()).to_pylist():
             inbox = self._inbox(row["id"])
             inbox.cursor = max(inbox.cursor, int(row["cursor"]))
             self._durable_cursors[row["id"]] = inbox.cursor

@@ -111,7 +111,7 @@ class Registry:
         self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
         await self._load_subjects(store)
         await self._load_descriptors(store)
-        agent_rows, session_rows = await self._agent_table.read_all(), await self._session_table.read_all()
+        agent_rows, session_rows = await self._agent_table.load(), await self._session_table.load()
         agents, sessions = agents_from_arrow(agent_rows), sessions_from_arrow(session_rows)
         self._skipped = agent_rows.num_rows - len(agents) + session_rows.num_rows - len(sessions)
         for agent in agents:
@@ -287,7 +287,7 @@ class Registry:
     # A subject names at most one agent; an agent may have several subjects.
     async def _load_subjects(self, store: LanceStore) -> None:
         self._subject_table = await store.table("registry_subjects", SUBJECT_SCHEMA)
-        for row in (await self._subject_table.read_all()).to_pylist():
+        for row in (await self._subject_table.load()).to_pylist():
             at: datetime = row["bound_at"]
             at = at if at.tzinfo else at.replace(tzinfo=UTC)
             self._subjects[row["subject"]] = SubjectBinding(row["subject"], row["agent_id"], at)
@@ -407,7 +407,7 @@ class Registry:
     # -------------------------------------------------------------- descriptors
     async def _load_descriptors(self, store: LanceStore) -> None:
         self._descriptor_table = await store.table("registry_descriptors", DESCRIPTOR_SCHEMA)
-        for row in (await self._descriptor_table.read_all()).to_pylist():
+        for row in (await self._descriptor_table.load()).to_pylist():
             self._descriptors[row["agent_id"]] = row["descriptor"]
 
     async def get_descriptor(self, agent_id: str) -> str | None:

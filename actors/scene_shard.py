@@ -142,14 +142,14 @@ class SceneShard:
         prefix = f"scene_shard_{self.config.index}"
         self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
         self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))
-        scene_rows, cell_rows = await self._scenes.read_all(), await self._cells.read_all()
+        scene_rows, cell_rows = await self._scenes.load(), await self._cells.load()
         scenes = scenes_from_arrow(scene_rows, self.config.dims)
         cells = [c for c in cells_from_arrow(cell_rows) if c.embedding.shape == (self.config.dims,)]
         self._skipped = scene_rows.num_rows - len(scenes) + cell_rows.num_rows - len(cells)
         self.partition.load(scenes, cells)
         self._persisted = {s.id for s in scenes} | {c.id for c in cells}
         self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
-        self._walked = set((await self._walked_table.read_all()).column("cell_id").to_pylist())
+        self._walked = set((await self._walked_table.load()).column("cell_id").to_pylist())
         if self._propagator is not None:
             pending = [c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live]
             self._replayed.update(c.id for c in pending)  # their agent nodes were already moved before the crash

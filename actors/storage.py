@@ -113,6 +113,10 @@ def write_private_file(path: Path, text: str) -> None:
         os.close(directory)
 
 
+def _version_number(entry: Any) -> int:
+    return int(entry["version"] if isinstance(entry, dict) else entry.version)
+
+
 def in_clause(column: str, values: Collection[str]) -> str:
     """``column IN ('a','b')`` with every value quoted (single quotes doubled)."""
     return f"{column} IN (" + ",".join("'" + v.replace("'", "''") + "'" for v in values) + ")"
@@ -189,6 +193,30 @@ class RowTable:
         with storage_errors(f"read {self.name}"):
             result: pa.Table = await self._table.to_arrow()
             return result.select(self.schema.names)
+
+    async def load(self) -> pa.Table:
+        """Every row, for an actor's (re)load. When the latest version cannot be read (a commit torn by
+        a machine crash: its manifest is on disk, a data file is not), the newest version that reads is
+        restored and an error is logged: what was lost is what that torn commit held, which no caller
+        was told was durable when ``storage.fsync`` is on. Raises StorageUnavailable when none reads."""
+        try:
+            return await self.read_all()
+        except StorageUnavailable:
+            pass
+        async with self._lock:
+            with storage_errors(f"recover {self.name}"):
+                versions = sorted((_version_number(v) for v in await self._table.list_versions()), reverse=True)
+                for version in versions[1:]:
+                    try:
+                        await self._table.checkout(version)
+                        rows: pa.Table = await self._table.to_arrow()
+                    except (OSError, RuntimeError, ValueError, pa.ArrowException):
+                        continue
+                    await self._table.restore(version)
+                    await self._table.checkout_latest()
+                    log.error("table %s: its latest version could not be read; restored version %d", self.name, version)
+                    return rows.select(self.schema.names)
+        raise StorageUnavailable(f"no version of {self.name} can be read")
 
     async def count(self) -> int:
         with storage_errors(f"count {self.name}"):

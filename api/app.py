@@ -45,7 +45,7 @@ def create_app(
     @app.get("/healthz", response_model=HealthOut, include_in_schema=False)
     async def healthz() -> Any:
         try:
-            health = await memesh.health()
+            health = await memesh.health(cached=True)
             detail = {"actors": health["actors"], "embedding_engine": health["embedding_engine"]}  # no tenant data without a key
         except MemeshError as exc:
             return error_response(503, ErrorCode.UNAVAILABLE, exc.message)

@@ -92,7 +92,8 @@ def install_error_handlers(app: FastAPI) -> None:
         code = ErrorCode.NOT_FOUND if exc.status_code == 404 else ErrorCode.VALIDATION
         if exc.status_code >= 500:
             code = ErrorCode.INTERNAL
-        return error_response(exc.status_code, code, str(exc.detail) if exc.status_code != 404 else "not found")
+        message = str(exc.detail) if exc.status_code != 404 else "not found"
+        return error_response(exc.status_code, code, message, dict(exc.headers) if exc.headers else None)  # 405 keeps Allow
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

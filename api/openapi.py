@@ -39,8 +39,25 @@ def build_openapi(router: APIRouter, title: str = "memesh data plane") -> dict[s
                     ref = media.get("schema", {}).get("$ref", "")
                     if ref.endswith("/HTTPValidationError"):
                         media["schema"] = {"$ref": "#/components/schemas/ErrorOut"}
+    _link(doc, "/v1/beacons", "post", "200", "RemoveBeacon", "delete", "/v1/beacons/{beacon_id}", "beacon_id", "node_id")
     converted: dict[str, Any] = _convert(doc)
     return converted
+
+
+def _link(
+    doc: dict[str, Any], path: str, method: str, status: str, name: str, to_method: str, to_path: str, param: str, field: str
+) -> None:
+    """An OpenAPI link: what a response's ``field`` is for (a client, or a fuzzer's stateful phase, follows it)."""
+    operation = doc.get("paths", {}).get(path, {}).get(method)
+    target = doc.get("paths", {}).get(to_path, {}).get(to_method)
+    if operation is None or target is None:
+        return
+    response = operation.get("responses", {}).get(status)
+    if response is not None:
+        response.setdefault("links", {})[name] = {
+            "operationId": target["operationId"],
+            "parameters": {param: f"$response.body#/{field}"},
+        }
 
 
 def _convert(node: Any) -> Any:

@@ -50,9 +50,11 @@ class FilterIn(_Request):
 
 
 class QueryIn(_Request):
-    text: StrictStr | None = Field(None, min_length=1)
+    """Give exactly one of ``text`` and ``embedding``."""
+
+    text: StrictStr | None = Field(None, min_length=1, description="At most limits.max_text_chars (8,192) characters.")
     embedding: Vector | None = None
-    k: StrictInt = Field(10, ge=1)
+    k: StrictInt = Field(10, ge=1, description="At most limits.max_k (1,000).")
     filter: FilterIn | None = None
     layer: Layer | None = None
 
