@@ -77,20 +77,16 @@ async def pull(principal: Drainer, core: Core, body: Annotated[PullIn | None, Bo
 async def stream(websocket: WebSocket) -> None:
     memesh: Memesh = websocket.app.state.memesh
     key = websocket.headers.get(KEY_HEADER)
-    try:
-        principal = await memesh.authenticate(key, Bucket.INBOX, client_address(websocket.scope))
-        slot = memesh.inbox.stream_slot(principal)
-        slot.__enter__()  # QuotaExceeded past the agent's or the head's stream cap, before any upgrade
-    except MemeshError as exc:
-        await websocket.send_denial_response(memesh_error_response(exc))
-        return
-    try:
-        with memesh.identity.watch(principal.agent_id) as changed:
-            credential = Credential(memesh, key, principal, changed)
-            await websocket.accept()
-            await _serve(websocket, memesh, credential)
-    finally:
-        slot.__exit__(None, None, None)
+    with contextlib.ExitStack() as held:
+        try:
+            principal = await memesh.authenticate(key, Bucket.INBOX, client_address(websocket.scope))
+            held.enter_context(memesh.inbox.stream_slot(principal))  # past a stream cap: 429, before any upgrade
+        except MemeshError as exc:
+            await websocket.send_denial_response(memesh_error_response(exc))
+            return
+        changed = held.enter_context(memesh.identity.watch(principal.agent_id))
+        await websocket.accept()
+        await _serve(websocket, memesh, Credential(memesh, key, principal, changed))
 
 
 class Credential:

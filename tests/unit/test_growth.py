@@ -8,8 +8,9 @@ it would have caught. In process: real LanceDB under tmp_path, the hash engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 from actors.directory import beacon_set_index, inbox_index
 from actors.facade import Memesh
 from mesh.consolidation import find_groups
-from mesh.errors import Conflict, QuotaExceeded, StorageUnavailable
+from mesh.errors import Conflict, NotFound, QuotaExceeded, StorageUnavailable
 from mesh.identity import AgentStatus
 from mesh.inbox import AgentInbox
 from mesh.model import CellType, NewCell, normalize
@@ -172,6 +173,22 @@ async def test_scenes_are_capped_and_consolidation_leaves_the_loop_free(make_cor
     await core.close()
 
 
+@contextlib.contextmanager
+def audit_unavailable(core: Memesh) -> Iterator[None]:
+    """The AuditLog actor failing every append, as a storage outage would (its real method is put back)."""
+    audit = core.directory.audit_log().target  # type: ignore[attr-defined]
+    real = audit.append
+
+    async def broken(*_: Any, **__: Any) -> int:
+        raise StorageUnavailable("storage failed during append to audit_log")
+
+    audit.append = broken
+    try:
+        yield
+    finally:
+        audit.append = real
+
+
 def _no_filter() -> Any:
     from mesh.query import NodeFilter
 
@@ -218,19 +235,12 @@ async def test_an_audit_row_precedes_the_change_it_records(core: Memesh) -> None
     """M4: revoke, rotate and issue changed the registry first and wrote the row after; a failed row left
     a change with no audit row (and a rotate's new key lost)."""
     issued = await core.identity.issue(ADMIN, "t1", "victim", ["Writer"])
-    audit = core.directory.audit_log().target  # type: ignore[attr-defined]
-    real = audit.append
-
-    async def broken(*_: Any, **__: Any) -> int:
-        raise StorageUnavailable("storage failed during append to audit_log")
-
-    audit.append = broken
-    for action in ("revoke", "rotate", "suspend"):
+    with audit_unavailable(core):
+        for action in ("revoke", "rotate", "suspend"):
+            with pytest.raises(StorageUnavailable):
+                await core.identity.apply(ADMIN, issued.agent.id, action)
         with pytest.raises(StorageUnavailable):
-            await core.identity.apply(ADMIN, issued.agent.id, action)
-    with pytest.raises(StorageUnavailable):
-        await core.identity.issue(ADMIN, "t1", "never", ["Writer"])
-    audit.append = real
+            await core.identity.issue(ADMIN, "t1", "never", ["Writer"])
     agent_now = await core.identity.get(ADMIN, issued.agent.id)
     assert agent_now.status is AgentStatus.ACTIVE and agent_now.key_hash == issued.agent.key_hash
     assert [a.display_name for a in (await core.identity.list(ADMIN, None, 100))[0]] == ["victim"]
@@ -252,17 +262,7 @@ async def test_an_audit_row_precedes_the_change_it_records(core: Memesh) -> None
 async def test_a_descriptor_is_never_stored_without_its_audit_row(core: Memesh) -> None:
     """M4: ``DescriptorService.put`` stored the descriptor, then wrote the row."""
     issued = await core.identity.issue(ADMIN, "t1", "described", ["Writer"])
-    audit = core.directory.audit_log().target  # type: ignore[attr-defined]
-    real = audit.append
-
-    async def broken(*_: Any, **__: Any) -> int:
-        raise StorageUnavailable("storage failed during append to audit_log")
-
-    audit.append = broken
-    with pytest.raises(StorageUnavailable):
+    with audit_unavailable(core), pytest.raises(StorageUnavailable):
         await core.descriptors.put(ADMIN, issued.agent.id, {"name": "planner", "description": "plans"})
-    audit.append = real
-    from mesh.errors import NotFound
-
     with pytest.raises(NotFound):  # nothing was stored
         await core.descriptors.get(ADMIN, issued.agent.id)

@@ -266,3 +266,15 @@ def test_production_refuses_plaintext_grpc_beyond_loopback(tmp_path: Path) -> No
     ok = Settings(profile="production", server={"grpc_host": "0.0.0.0", "grpc_tls_certfile": cert, "grpc_tls_keyfile": cert})
     assert ok.server.grpc_tls
     assert Settings(profile="production", server={"grpc_host": "::1"}).server.grpc_loopback
+
+
+async def test_metrics_can_require_a_bearer_token(make_core: Callable[..., Memesh]) -> None:
+    """L1: /metrics published every tenant's aggregate activity to anyone; it can now need a token."""
+    core = make_core()
+    app = create_app(core, metrics_token="s3cret-scraper")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test") as http:
+        assert_error(await http.get("/metrics"), 401, "unauthorized")
+        assert_error(await http.get("/metrics", headers={"authorization": "Bearer wrong"}), 401, "unauthorized")
+        answer = await http.get("/metrics", headers={"authorization": "Bearer s3cret-scraper"})
+        assert answer.status_code == 200 and "memesh_storage_rows_skipped 0.0" in answer.text
+    await core.close()
