@@ -229,18 +229,20 @@ class BeaconSet:
         await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
         return beacon
 
-    async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> None:
-        """Remove the caller's own beacon (its row is deleted); removing an absent one is NotFound."""
+    async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> bool:
+        """Remove the caller's own beacon (its row is deleted); True when this call removed it, False
+        when it was removed before (a no-op); removing an absent one is NotFound."""
         await self._ready()
         beacon = self.beacons.get(beacon_id)
         if beacon is None:
             if self._removed.get(beacon_id) == (tenant_id, agent_id):
-                return  # removed before: a no-op
+                return False
             raise NotFound("beacon not found")
         if beacon.tenant_id != tenant_id or beacon.agent_id != agent_id:
             raise NotFound("beacon not found")
         self._drop_beacon(beacon)
         await self._beacon_commit.submit([(beacon_id, None)])
+        return True
 
     async def sweep(self, now: datetime | None = None) -> int:
         """Purge every expired beacon (memory and rows); returns how many."""

@@ -92,7 +92,11 @@ class Memesh:
 
     async def principal(self, key: str | None, client: str | None = None) -> Principal:
         """The principal of ``key`` (Unauthorized when none). A refused key charges ``client``'s
-        ``AuthFailures`` bucket; an address whose bucket is empty is RateLimited before any lookup."""
+        ``AuthFailures`` bucket; an address whose bucket is empty is RateLimited before any lookup of
+        a key this head does not hold already (a known key is never refused for its neighbours)."""
+        known = self.identity.cached(key)
+        if known is not None:
+            return known
         address = client or "unknown"
         self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic())
         try:

@@ -113,6 +113,13 @@ class IdentityService:
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._epoch = 0  # bumped by every invalidation; an answer fetched across a bump is not cached
 
+    def cached(self, key: str | None) -> Principal | None:
+        """The principal of ``key`` when this head holds it (no registry call), else None."""
+        if not key or not looks_like_key(key):
+            return None
+        cached = self._cache.get(hash_key(key))
+        return cached[0] if cached is not None and cached[1] > self._monotonic() else None
+
     async def authenticate(self, key: str | None) -> Principal:
         if not key or not looks_like_key(key):
             raise Unauthorized("a valid x-service-key is required")

@@ -116,8 +116,9 @@ class InboxService:
     async def remove_beacon(self, principal: Principal, beacon_id: str) -> None:
         """Only the owner removes a beacon; anyone else gets NotFound, as for a missing one."""
         ref = self._dir.beacon_set(beacon_set_index(self._dir, principal.agent_id))
-        await ref.call("remove", principal.tenant_id, principal.agent_id, beacon_id)
-        self._usage.release(Reservation(principal.tenant_id, beacons=1))
+        removed: bool = await ref.call("remove", principal.tenant_id, principal.agent_id, beacon_id)
+        if removed:  # a repeated removal gives nothing back
+            self._usage.release(Reservation(principal.tenant_id, beacons=1))
 
     async def pull(
         self, principal: Principal, since: int | None, ack: int | None, limit: int | None, by_seq: bool = False

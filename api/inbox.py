@@ -142,7 +142,7 @@ async def _close_with(websocket: WebSocket, error: MemeshError, code: int | None
 async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:
     """Send every delivery after the acknowledged cursor, then each new one as it commits.
 
-    The key is checked again before every page sent. A shard that is restarting
+    The key is checked again before every item sent. A shard that is restarting
     is retried (bounded); past that the loop fails and the connection is closed
     with an error frame, never left open and silent.
     """
@@ -163,9 +163,8 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credentia
             await asyncio.sleep(0.2 * failures)
             continue
         failures = 0
-        if page.count:
-            await credential.check()  # the page may have waited: the key must still hold when it is sent
         for item in page.items:  # rendered once, when the walk delivered it
+            await credential.check()  # the key must still hold when each item goes out (a cache hit while it does)
             await websocket.send_text(item)
         sent = max(sent, page.window_high)
 

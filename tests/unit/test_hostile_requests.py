@@ -168,8 +168,10 @@ async def test_bogus_keys_are_cached_and_throttled_per_address(make_core: Callab
         calls += 1
         return await original(key_hash)
 
-    registry.authenticate = counting
     api = Api(core)
+    good = await api.key()
+    assert (await api.call("POST", "/v1/query", good, {"text": "x"})).status_code == 200
+    registry.authenticate = counting
     bogus = "msh_" + "x" * 43
     for _ in range(5):
         assert_error(await api.call("POST", "/v1/query", bogus, {"text": "x"}), 401, "unauthorized")
@@ -177,6 +179,8 @@ async def test_bogus_keys_are_cached_and_throttled_per_address(make_core: Callab
     limited = await api.call("POST", "/v1/query", bogus, {"text": "x"})
     assert_error(limited, 429, "rate_limited")
     assert calls == 1
+    # The same address's valid key is not refused for its neighbour's guessing.
+    assert (await api.call("POST", "/v1/query", good, {"text": "x"})).status_code == 200
     await api.http.aclose()
     await core.close()
 
