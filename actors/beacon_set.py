@@ -130,8 +130,8 @@ class BeaconSet:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         prefix = f"beacon_set_{self.config.index}"
-        self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims))
-        self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims))
+        self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims), identity="id")
+        self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims), identity="id")
         stale = []
         beacon_rows, agent_rows = await self._beacon_table.load(), await self._agent_table.load()
         beacons, nodes = beacons_from_arrow(beacon_rows), agent_nodes_from_arrow(agent_rows)

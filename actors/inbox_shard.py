@@ -112,7 +112,7 @@ class InboxShard:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         prefix = f"inbox_shard_{self.config.index}"
-        self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA)
+        self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA, identity="delivery_id")
         self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
         rows = await self._deliveries.load()
         decoded = deliveries_from_arrow(rows)

@@ -107,7 +107,7 @@ class Registry:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
-        self._session_table = await store.table("registry_sessions", SESSION_SCHEMA)
+        self._session_table = await store.table("registry_sessions", SESSION_SCHEMA, identity="id")
         self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
         await self._load_subjects(store)
         await self._load_descriptors(store)

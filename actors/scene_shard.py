@@ -140,8 +140,8 @@ class SceneShard:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         prefix = f"scene_shard_{self.config.index}"
-        self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims))
-        self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims))
+        self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims), identity="id")
+        self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims), identity="id")
         scene_rows, cell_rows = await self._scenes.load(), await self._cells.load()
         scenes = scenes_from_arrow(scene_rows, self.config.dims)
         cells = [c for c in cells_from_arrow(cell_rows) if c.embedding.shape == (self.config.dims,)]

@@ -150,10 +150,15 @@ class LanceStore:
             session = lancedb.Session(index_cache_size_bytes=cache_bytes, metadata_cache_size_bytes=cache_bytes)
             return cls(await lancedb.connect_async(config.uri, read_consistency_interval=timedelta(0), session=session), config)
 
-    async def table(self, name: str, schema: pa.Schema) -> RowTable:
+    async def table(self, name: str, schema: pa.Schema, identity: str | None = None) -> RowTable:
         """Open ``name``, creating it empty with ``schema`` when absent. A stored table that lacks
         nullable columns of ``schema`` gets them (null-filled): data written by an older version
-        opens. Any other difference is refused (ConfigInvalid) rather than guessed at."""
+        opens. Any other difference is refused (ConfigInvalid) rather than guessed at.
+
+        ``identity`` names the column no two rows share; only a table that has one can be
+        rewritten by ``erase_rows``, and its ``load`` returns each identity once."""
+        if identity is not None and identity not in schema.names:
+            raise ConfigInvalid(f"table {name}: identity column {identity} is not in its schema")
         with storage_errors(f"open {name}"):
             try:
                 table = await self._db.open_table(name)
@@ -166,16 +171,23 @@ class LanceStore:
             if missing:
                 log.warning("table %s: adding columns %s", name, [f.name for f in missing])
                 await table.add_columns(missing)
-            return RowTable(name, table, schema, self._sync_path, self._config.keep_versions_s)
+            return RowTable(name, table, schema, self._sync_path, self._config.keep_versions_s, identity)
 
 
 class RowTable:
     """One LanceDB table with the few operations the actors use; mutations are serialised."""
 
     def __init__(
-        self, name: str, table: Any, schema: pa.Schema, sync_path: Path | None = None, keep_versions_s: float = 30.0
+        self,
+        name: str,
+        table: Any,
+        schema: pa.Schema,
+        sync_path: Path | None = None,
+        keep_versions_s: float = 30.0,
+        identity: str | None = None,
     ) -> None:
         self.name = name
+        self.identity = identity
         self._keep = timedelta(seconds=keep_versions_s)
         self._table = table
         self.schema = schema
@@ -198,7 +210,22 @@ class RowTable:
         """Every row, for an actor's (re)load. When the latest version cannot be read (a commit torn by
         a machine crash: its manifest is on disk, a data file is not), the newest version that reads is
         restored and an error is logged: what was lost is what that torn commit held, which no caller
-        was told was durable when ``storage.fsync`` is on. Raises StorageUnavailable when none reads."""
+        was told was durable when ``storage.fsync`` is on. Raises StorageUnavailable when none reads.
+
+        A table with an ``identity`` yields each identity once (the last row of it): an erase cut
+        between its add and its delete leaves two copies until it is resumed."""
+        return self._once_each(await self._latest_readable())
+
+    def _once_each(self, rows: pa.Table) -> pa.Table:
+        if self.identity is None or rows.num_rows == 0:
+            return rows
+        column = rows.column(self.identity)
+        if pc.count_distinct(column).as_py() == rows.num_rows:
+            return rows
+        last = {k: i for i, k in enumerate(column.to_pylist())}
+        return rows.take(sorted(last.values()))
+
+    async def _latest_readable(self) -> pa.Table:
         try:
             return await self.read_all()
         except StorageUnavailable:
@@ -255,11 +282,20 @@ class RowTable:
         ``key``), leaving no byte of any old row in the table's files.
 
         Every fragment holding a removed or replaced row is rewritten: its other
-        rows are read, the whole fragment is deleted (LanceDB drops a fragment
-        whose rows are all deleted), the survivors and ``replace`` are added
-        back, and every older version with its files is dropped. Costs a read
-        and a write of the affected fragments.
+        rows are read and added again (with ``replace``) first, then the whole
+        fragment is deleted (LanceDB drops a fragment whose rows are all
+        deleted), then every older version with its files is dropped. Costs a
+        read and a write of the affected fragments.
+
+        Crash-safe and idempotent: a row of another record is never absent
+        (added before its old fragment goes), and a repeat after a crash between
+        the add and the delete finds those rows already outside the fragments it
+        rewrites and does not add them twice (rows are told apart by the table's
+        ``identity``, which it must have).
         """
+        identity = self.identity
+        if identity is None:
+            raise ConfigInvalid(f"table {self.name} has no identity column: erase_rows cannot tell its rows apart")
         replacing = set(replace.column(key).to_pylist()) if replace is not None and replace.num_rows else set()
         keys = set(remove) | replacing
         if not keys:
@@ -270,20 +306,35 @@ class RowTable:
                 for chunk in _chunks(sorted(keys)):
                     found = await self._table.query().with_row_id().where(in_clause(key, chunk)).select([key]).to_arrow()
                     fragments.update(row_id >> 32 for row_id in found.column("_rowid").to_pylist())
+                within = " OR ".join(f"(_rowid >= {f << 32} AND _rowid < {(f + 1) << 32})" for f in sorted(fragments))
                 parts: list[pa.Table] = []
                 if fragments:
-                    within = " OR ".join(f"(_rowid >= {f << 32} AND _rowid < {(f + 1) << 32})" for f in sorted(fragments))
                     held: pa.Table = (await self._table.query().where(within).to_arrow()).select(self.schema.names)
-                    parts.append(held.filter(pc.invert(pc.is_in(held.column(key), pa.array(sorted(keys))))))
-                    await self._table.delete(within)
+                    survivors = held.filter(pc.invert(pc.is_in(held.column(key), pa.array(sorted(keys)))))
+                    parts.append(await self._not_held_elsewhere(identity, survivors, within))
                 if replacing and replace is not None:
-                    parts.append(replace.select(self.schema.names).cast(self.schema))
+                    parts.append(replace.select(self.schema.names))
                 rows = pa.concat_tables([p.cast(self.schema) for p in parts]) if parts else None
                 if rows is not None and rows.num_rows:
                     await self._table.add(rows)
+                if fragments:
+                    await self._table.delete(within)
                 await self._optimize(timedelta(0), delete_unverified=True)
             await self._synced()
         self._commits = 0
+
+    async def _not_held_elsewhere(self, identity: str, rows: pa.Table, within: str) -> pa.Table:
+        """``rows`` once per identity, without those a row outside ``within`` already holds."""
+        rows = self._once_each(rows)
+        if rows.num_rows == 0:
+            return rows
+        present: set[str] = set()
+        for chunk in _chunks(sorted(rows.column(identity).to_pylist())):
+            query = self._table.query().where(f"({in_clause(identity, chunk)}) AND NOT ({within})")
+            present.update((await query.select([identity]).to_arrow()).column(identity).to_pylist())
+        if not present:
+            return rows
+        return rows.filter(pc.invert(pc.is_in(rows.column(identity), pa.array(sorted(present)))))
 
     async def purge(self) -> None:
         """Compact and drop every older version (after deletes of rows that held no content)."""
