@@ -23,7 +23,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -42,7 +41,7 @@ from actors.codecs import (
     beacons_from_arrow,
     beacons_to_arrow,
 )
-from actors.periodic import Periodic
+from actors.periodic import Background, Periodic
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
@@ -113,7 +112,7 @@ class BeaconSet:
         self._beacon_table: RowTable | None = None
         self._agent_table: RowTable | None = None
         self._ready_once = LoadOnce(self._load)
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background("agent-node commit")
         self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by apply_staged
         self._stored: set[str] = set()  # beacon and agent ids with a committed row: later changes are upserts
         self._skipped = 0  # stored rows the last load could not decode
@@ -293,9 +292,7 @@ class BeaconSet:
             self._put_agent(node)
             changed[agent_id] = node
         # Agent nodes are soft state: answer now, commit with the next batch.
-        task = asyncio.get_running_loop().create_task(self._commit_agents(list(changed.values())))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(self._commit_agents(list(changed.values())))
 
     async def _commit_agents(self, nodes: list[AgentNode]) -> None:
         try:
@@ -370,8 +367,7 @@ class BeaconSet:
 
     async def _drained(self) -> None:
         """Every change queued before this call is committed (an erase then rewrites what it left)."""
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._background.drain()
         await self._beacon_commit.flush()
         await self._agent_commit.flush()
 

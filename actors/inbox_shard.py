@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow, deliveries_to_arrow
-from actors.periodic import Periodic
+from actors.periodic import Background, Periodic
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, StoredDelivery
 
@@ -102,6 +102,7 @@ class InboxShard:
         self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096)
         self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, 1.0, 100_000)
         self._sweeper = Periodic("inbox retention sweep", self.sweep, config.retention.sweep_interval_s)
+        self._trims = Background("inbox trim")
         self.dropped_acked = 0
         self.dropped_unacked = 0
         self._skipped = 0  # stored rows the last load could not decode
@@ -143,7 +144,9 @@ class InboxShard:
         }
 
     async def deliver(self, deliveries: list[InboxDelivery]) -> int:
-        """Enqueue and commit; returns how many were new. An inbox past 110% of its cap is trimmed."""
+        """Enqueue and commit; returns how many were new. An inbox past 110% of its cap is trimmed
+        at once in memory; the trim's commit does not hold the walk (a trim lost to a crash is
+        redone by the sweep after the reload)."""
         await self._ready()
         added = 0
         crowded: set[str] = set()
@@ -157,8 +160,9 @@ class InboxShard:
                 if len(inbox) > cap + cap // 10:
                     crowded.add(d.agent_id)
         await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
-        if crowded:
-            await self._trim(crowded)
+        gone = self._trim_in_memory(crowded)
+        if gone:
+            self._trims.spawn(self._trim_commit.submit(gone))
         return added
 
     async def sweep(self) -> int:
@@ -167,6 +171,13 @@ class InboxShard:
         return await self._trim(set(self._inboxes))
 
     async def _trim(self, agent_ids: set[str]) -> int:
+        gone = self._trim_in_memory(agent_ids)
+        if gone:
+            await self._trim_commit.submit(gone)
+        return len(gone)
+
+    def _trim_in_memory(self, agent_ids: set[str]) -> list[str]:
+        """Apply the retention policy to these inboxes; the ids of the deliveries that left."""
         retention = self.config.retention
         now = self._clock()
         gone: list[str] = []
@@ -178,9 +189,7 @@ class InboxShard:
             self.dropped_acked += len(dropped) - unacked
             self.dropped_unacked += unacked
             gone += [d.delivery_id for d in dropped]
-        if gone:
-            await self._trim_commit.submit(gone)
-        return len(gone)
+        return gone
 
     async def pull(
         self,
@@ -259,6 +268,7 @@ class InboxShard:
             self._inboxes.pop(agent_id, None)
             self._durable_cursors.pop(agent_id, None)
             self._dirty_cursors.pop(agent_id, None)
+        await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()  # pending appends land before the erase, never after
         assert self._deliveries is not None and self._cursors is not None
@@ -270,6 +280,7 @@ class InboxShard:
 
     async def close(self) -> None:
         await self._sweeper.stop()
+        await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()
 

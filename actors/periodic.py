@@ -1,11 +1,13 @@
-"""A chore an actor repeats on its own event loop (retention sweeps), started once it has loaded."""
+"""Chores an actor runs on its own event loop besides its calls: repeated ones (retention sweeps,
+started once it has loaded) and one-off ones it does not make its caller wait for."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -42,3 +44,30 @@ class Periodic:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class Background:
+    """One-off chores an actor starts without awaiting them (soft-state commits, observation, trims).
+
+    Each task is held until it ends (the event loop keeps only a weak reference), a failure is
+    logged and never raised, and ``drain`` returns once every chore started before it has ended.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def spawn(self, chore: Coroutine[Any, Any, object]) -> None:
+        async def guarded() -> None:
+            try:
+                await chore
+            except Exception:
+                log.warning("%s failed", self._name, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self) -> None:
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -27,10 +26,10 @@ from typing import Any
 
 from actors.directory import Directory, beacon_set_index, inbox_index
 from actors.inbox_shard import InboxDelivery
+from actors.periodic import Background
 from mesh.model import Cell, Vector
 from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
-log = logging.getLogger(__name__)
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 
@@ -114,7 +113,7 @@ class Propagator:
         self._directory = directory
         self._inflight_records = 0
         self._dropped = 0
-        self._background: set[asyncio.Task[None]] = set()
+        self._background = Background("observatory record")
 
     async def walk(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Decide one walk (no deliveries made)."""
@@ -225,15 +224,10 @@ class Propagator:
         async def send() -> None:
             try:
                 await directory.observatory().call("record", events, dropped)
-            except Exception:  # observation never fails a walk
-                log.warning("observatory record failed", exc_info=True)
             finally:
                 self._inflight_records -= 1
 
-        task = asyncio.get_running_loop().create_task(send())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._background.spawn(send())  # observation never fails nor slows a walk
 
     async def close(self) -> None:
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._background.drain()
