@@ -7,12 +7,14 @@ Bounds: a beacon's interest is 1 to ``max_interest_chars`` characters; its
 expiry, given as ``ttl_s`` or ``expires_at`` (any offset; stored in UTC), lies
 ``min_ttl_s`` to ``max_ttl_s`` ahead; an agent holds at most
 ``max_beacons_per_agent`` and a tenant its quota. A head serves at most
-``max_streams`` open inbox streams, ``max_streams_per_agent`` per agent
-(QuotaExceeded before the upgrade beyond either).
+``max_streams`` open inbox streams, ``max_streams_per_tenant`` per tenant (so
+one tenant's many agents cannot take every slot) and ``max_streams_per_agent``
+per agent (QuotaExceeded before the upgrade beyond any of them).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ class InboxLimits:
     min_beacon_ttl_s: float = 1.0
     max_beacon_ttl_s: float = 365 * 24 * 3600.0
     max_streams_per_agent: int = 4
+    max_streams_per_tenant: int = 64
     max_streams: int = 256
 
 
@@ -50,7 +53,8 @@ class InboxService:
         self._clock = clock
         self.limits = limits
         self._usage = usage
-        self._streams: dict[str, int] = {}  # agent id -> open streams on this head
+        self._streams: Counter[str] = Counter()  # agent id -> open streams on this head
+        self._tenant_streams: Counter[str] = Counter()  # tenant id -> open streams on this head
 
     def _inbox(self, principal: Principal) -> ActorRef:
         return self._dir.inbox_shard(inbox_index(self._dir, principal.agent_id))
@@ -148,22 +152,25 @@ class InboxService:
     @contextmanager
     def stream_slot(self, principal: Principal) -> Iterator[None]:
         """Hold one of this head's inbox stream slots while a stream is open; QuotaExceeded when the
-        agent already holds ``max_streams_per_agent`` or the head ``max_streams``."""
-        held = self._streams.get(principal.agent_id, 0)
-        if held >= self.limits.max_streams_per_agent:
-            raise QuotaExceeded(f"an agent holds at most {self.limits.max_streams_per_agent} open inbox streams")
-        if sum(self._streams.values()) >= self.limits.max_streams:
+        agent already holds ``max_streams_per_agent``, its tenant ``max_streams_per_tenant`` or the
+        head ``max_streams``."""
+        agent, tenant, limits = principal.agent_id, principal.tenant_id, self.limits
+        if self._streams[agent] >= limits.max_streams_per_agent:
+            raise QuotaExceeded(f"an agent holds at most {limits.max_streams_per_agent} open inbox streams")
+        if self._tenant_streams[tenant] >= limits.max_streams_per_tenant:
+            raise QuotaExceeded(f"a tenant holds at most {limits.max_streams_per_tenant} open inbox streams on a server")
+        if self.open_streams >= limits.max_streams:
             raise QuotaExceeded("this server holds its maximum of open inbox streams: retry later")
-        self._streams[principal.agent_id] = held + 1
+        self._streams[agent] += 1
+        self._tenant_streams[tenant] += 1
         try:
             yield
         finally:
-            left = self._streams.get(principal.agent_id, 1) - 1
-            if left > 0:
-                self._streams[principal.agent_id] = left
-            else:
-                self._streams.pop(principal.agent_id, None)
+            for counts, key in ((self._streams, agent), (self._tenant_streams, tenant)):
+                counts[key] -= 1
+                if counts[key] <= 0:
+                    del counts[key]
 
     @property
     def open_streams(self) -> int:
-        return sum(self._streams.values())
+        return self._streams.total()

@@ -11,7 +11,8 @@ A reconnect resumes after the acknowledged cursor, so whatever was sent but
 not acknowledged is sent again (at-least-once).
 
 Limits: an agent holds at most ``limits.max_inbox_streams_per_agent`` streams
-on a head, and a head ``limits.max_inbox_streams`` (429 ``quota_exceeded``
+on a head, a tenant ``limits.max_inbox_streams_per_tenant``, and a head
+``limits.max_inbox_streams`` (429 ``quota_exceeded``
 before the upgrade beyond). Each ack frame is charged to the ``Inbox`` bucket
 (a refused one gets an ``{"error": ...}`` frame, is not applied, and the
 stream stays open). The key is checked again before every item and ack, and

@@ -151,6 +151,7 @@ def build_memesh(settings: Settings) -> Memesh:
             min_beacon_ttl_s=limits.min_beacon_ttl_s,
             max_beacon_ttl_s=limits.max_beacon_ttl_s,
             max_streams_per_agent=limits.max_inbox_streams_per_agent,
+            max_streams_per_tenant=limits.max_inbox_streams_per_tenant,
             max_streams=limits.max_inbox_streams,
         ),
         observatory=ObservatoryHubConfig(

@@ -246,6 +246,7 @@ class LimitsSettings(_Section):
     max_beacon_ttl_s: float = Field(365 * 24 * 3600.0, gt=0, le=100 * 365 * 24 * 3600.0)
     max_open_sessions_per_agent: int = Field(256, ge=1)
     max_inbox_streams_per_agent: int = Field(4, ge=1)
+    max_inbox_streams_per_tenant: int = Field(64, ge=1)  # so one tenant's agents cannot take every slot
     max_inbox_streams: int = Field(256, ge=1)  # open /v1/inbox streams on one head
 
     @model_validator(mode="after")
@@ -309,6 +310,16 @@ class Settings(BaseSettings):
         if path.is_file():
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _bounds_that_fit(self) -> Settings:
+        """A batch the embedding queue can never hold would be refused (429, retry) forever."""
+        embedding = self.embedding
+        if embedding.max_queued_texts_per_tenant > embedding.max_queued_texts:
+            raise ValueError("embedding.max_queued_texts_per_tenant must not exceed embedding.max_queued_texts")
+        if self.limits.max_batch_cells > embedding.max_queued_texts_per_tenant:
+            raise ValueError("limits.max_batch_cells must not exceed embedding.max_queued_texts_per_tenant")
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:

@@ -7,6 +7,8 @@ it would have caught. In process: real LanceDB under tmp_path, the hash engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -26,6 +28,7 @@ from api.admin_gate import SESSION_COOKIE
 from api.app import create_app
 from cluster.settings import Settings
 from mesh.errors import QuotaExceeded, RateLimited
+from mesh.identity import Principal, Role
 from mesh.partition import partition_key, shard_for
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.vector_index import VectorIndex
@@ -260,6 +263,30 @@ async def test_one_tenant_cannot_hold_every_observatory_stream(core: Memesh) -> 
     for sub in subs:
         sub.close()
     await hub.close()
+
+
+def test_one_tenant_cannot_hold_every_inbox_stream(core: Memesh) -> None:
+    """A tenant's admin mints agents; with only a per-agent cap, 64 of them at 4 streams each held
+    every slot of a head and no other tenant could open a stream."""
+    service = core.inbox
+    service.limits = dataclasses.replace(service.limits, max_streams_per_agent=2, max_streams_per_tenant=3, max_streams=5)
+    greedy = [Principal(f"a{i}", "greedy", frozenset({Role.READER})) for i in range(3)]
+    with contextlib.ExitStack() as held:
+        for principal in (greedy[0], greedy[0], greedy[1]):
+            held.enter_context(service.stream_slot(principal))
+        with pytest.raises(QuotaExceeded, match="an agent"):
+            held.enter_context(service.stream_slot(greedy[0]))
+        with pytest.raises(QuotaExceeded, match="a tenant"):
+            held.enter_context(service.stream_slot(greedy[2]))
+        other = Principal("b0", "other", frozenset({Role.READER}))
+        held.enter_context(service.stream_slot(other))
+        held.enter_context(service.stream_slot(other))
+        with pytest.raises(QuotaExceeded, match="maximum"):
+            held.enter_context(service.stream_slot(Principal("c0", "third", frozenset({Role.READER}))))
+        assert service.open_streams == 5
+    assert service.open_streams == 0
+    with service.stream_slot(greedy[2]):  # the slots came back
+        assert service.open_streams == 1
 
 
 def test_production_refuses_plaintext_grpc_beyond_loopback(tmp_path: Path) -> None:

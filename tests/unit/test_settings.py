@@ -60,3 +60,13 @@ def test_production_refuses_unsafe_choices(monkeypatch: pytest.MonkeyPatch, tmp_
         Settings(profile="production", rate_limits={"read": {"rate": 0}})
     s = Settings(profile="production")
     assert s.observatory_enabled is False
+
+
+def test_bounds_that_could_never_be_met_are_refused_at_start(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A full batch larger than a tenant's share of the embedding queue got 429 ``Retry-After: 1`` forever."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError, match="max_batch_cells"):
+        Settings(limits={"max_batch_cells": 2_000})
+    with pytest.raises(ValidationError, match="max_queued_texts_per_tenant"):
+        Settings(embedding={"max_queued_texts": 512})
+    assert Settings(limits={"max_batch_cells": 1_024}).limits.max_batch_cells == 1_024
