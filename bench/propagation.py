@@ -49,11 +49,11 @@ def actor_round_trip_ms(samples: int) -> float:
 
 def lancedb_append_ms(samples: int) -> float:
     from actors.codecs import DELIVERY_SCHEMA, deliveries_to_arrow
-    from actors.storage import LanceStore
+    from actors.storage import LanceStore, StorageConfig
     from mesh.inbox import StoredDelivery
 
     async def run() -> float:
-        store = await LanceStore.open(tempfile.mkdtemp(prefix="memesh-bench-lance-"))
+        store = await LanceStore.open(StorageConfig(tempfile.mkdtemp(prefix="memesh-bench-lance-")))
         table = await store.table("deliveries", DELIVERY_SCHEMA)
         row = StoredDelivery(1, "d", "x", "p", 0.5, '"diff":{},"delivery":{}')
         times = []
