@@ -328,13 +328,10 @@ class RowTable:
         rows = self._once_each(rows)
         if rows.num_rows == 0:
             return rows
-        present: set[str] = set()
-        for chunk in _chunks(sorted(rows.column(identity).to_pylist())):
-            query = self._table.query().where(f"({in_clause(identity, chunk)}) AND NOT ({within})")
-            present.update((await query.select([identity]).to_arrow()).column(identity).to_pylist())
-        if not present:
+        elsewhere: pa.Table = await self._table.query().where(f"NOT ({within})").select([identity]).to_arrow()
+        if elsewhere.num_rows == 0:
             return rows
-        return rows.filter(pc.invert(pc.is_in(rows.column(identity), pa.array(sorted(present)))))
+        return rows.filter(pc.invert(pc.is_in(rows.column(identity), elsewhere.column(identity).combine_chunks())))
 
     async def purge(self) -> None:
         """Compact and drop every older version (after deletes of rows that held no content)."""
