@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -30,8 +31,32 @@ import pytest
 BIN = Path(sys.executable).parent
 
 
+RAY_WORKER_PORTS = range(10_002, 20_000)  # Ray's default min/max worker ports
+
+
+def _ephemeral_ports() -> range:
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32_768, 60_999
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing listens on, taken below the kernel's ephemeral range and above Ray's
+    worker ports: a port the kernel hands out could be taken by any outgoing connection (Ray makes
+    many) between this check and the server's bind, which failed a run with EADDRINUSE."""
+    ephemeral = _ephemeral_ports()
+    pool = range(RAY_WORKER_PORTS.stop, min(ephemeral.start, 65_536))
+    for _ in range(200 if len(pool) else 0):
+        port = random.choice(pool)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # no private range on this machine: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
