@@ -1,5 +1,5 @@
 """The Ray side of memesh: stateful actor classes, storage adapters, the
-``Directory`` seam that finds them, and the :class:`~actors.facade.Memesh`
+``Directory`` seam that finds them, and the :class:`~head.facade.Memesh`
 facade the transports call.
 
 The actor classes are plain classes; only ``actors.ray_directory`` turns them

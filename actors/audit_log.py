@@ -20,7 +20,6 @@ import asyncio
 import hashlib
 import json
 import os
-import uuid
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -29,12 +28,10 @@ from typing import Any
 import pyarrow as pa
 import rfc8785
 
-from actors.directory import Directory
 from actors.erase_journal import EraseJournal
 from actors.storage import LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.audit import AuditKind, AuditRow, chain, verify
 from mesh.erasure import JournalEntry
-from mesh.identity import Principal
 
 AUDIT_SCHEMA = pa.schema(
     [
@@ -172,19 +169,3 @@ class AuditLog:
         """Entries still pending, and done ones whose certificate no caller has received yet."""
         await self._ready()
         return self.journal.unfinished()
-
-
-async def record(
-    directory: Directory,
-    actor: Principal,
-    kind: AuditKind,
-    target: str,
-    outcome: str,
-    detail: dict[str, Any],
-    op_id: str | None = None,
-) -> None:
-    """Write one control-plane audit row and return once it is durable; raises when it cannot be written,
-    so the operation it records fails too. ``detail`` must hold no secret. A fresh ``op_id`` makes the
-    append exactly-once under Ray's retries."""
-    op = op_id or uuid.uuid4().hex
-    await directory.audit_log().call("append", kind.value, actor.agent_id, actor.tenant_id, target, outcome, detail, op)

@@ -407,7 +407,7 @@ def deliveries_to_arrow(rows: Iterable[tuple[str, StoredDelivery]]) -> pa.Table:
                 "diff_id": d.diff_id,
                 "project_id": d.project_id,
                 "score": d.score,
-                "item_json": d.item_json,
+                "item_json": d.members,
                 "delivered_at": int(d.delivered_at * 1_000_000),
             }
             for agent_id, d in rows

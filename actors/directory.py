@@ -1,123 +1,93 @@
-"""The Directory seam: how the rest of memesh finds and calls actors.
+"""The in-process Directory: every actor object lives in this process (no Ray).
 
-Callers address actors by role and partition (``scene_shard(n)``,
-``inbox_for(agent_id)``), never by a handle they keep, so an actor may restart
-or move (Orleans' virtual actors). Two implementations: :class:`InProcessDirectory`
-(the same actor classes, called directly; unit tests and notebooks) and
-``actors.ray_directory.RayDirectory`` (the server, integration tests,
-benchmarks). Actors that call other actors (a scene shard running a walk) get
-the directory through ``attach``.
+Unit tests and notebooks use it; the server, the integration tests and the
+benchmarks use ``actors.ray_directory.RayDirectory``. Both hand out the typed
+Protocols of :mod:`mesh.seam` for the same actor classes (``actors.kinds``).
+A call here behaves as a Ray call does where it matters to callers: its
+arguments and its result are pickled and unpickled, so neither side keeps a
+reference into the other's objects, and an argument Ray could not send fails
+here too. Errors are raised as the actor raised them (Ray re-raises a copy of a
+``MemeshError`` too). Actors that call other actors get the directory through
+``attach``.
 """
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
-from typing import Any, Protocol
+import pickle
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
-from mesh.partition import shard_for
-
-
-class ActorRef(Protocol):
-    async def call(self, method: str, *args: Any) -> Any:
-        """Invoke ``method`` on the actor; failures arrive as :class:`mesh.errors.MemeshError`."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class DirectorySpec:
-    """Where a deployment's actors are: its namespace and partition counts (picklable)."""
-
-    namespace: str
-    scene_shards: int
-    beacon_sets: int
-    inbox_shards: int
+from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD, ActorKind
+from mesh.seam import (
+    AuditLogActor,
+    BeaconSetActor,
+    DirectorySpec,
+    InboxShardActor,
+    ObservatoryActor,
+    RegistryActor,
+    SceneShardActor,
+    every_actor,
+)
 
 
-class Directory(Protocol):
-    spec: DirectorySpec
-
-    def scene_shard(self, index: int) -> ActorRef: ...
-
-    def beacon_set(self, index: int) -> ActorRef: ...
-
-    def inbox_shard(self, index: int) -> ActorRef: ...
-
-    def registry(self) -> ActorRef: ...
-
-    def observatory(self) -> ActorRef: ...
-
-    def audit_log(self) -> ActorRef: ...
-
-    async def close(self) -> None: ...
+def _copied(value: Any) -> Any:
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def beacon_set_index(directory: Directory, agent_id: str) -> int:
-    """The one mapping from an agent to the BeaconSet holding its beacons and agent node."""
-    return shard_for(agent_id, directory.spec.beacon_sets)
+class LocalActor:
+    """An actor object behind its kind's methods, called in this process with copied arguments and result."""
 
-
-def inbox_index(directory: Directory, agent_id: str) -> int:
-    """The one mapping from an agent to the InboxShard holding its inbox."""
-    return shard_for(agent_id, directory.spec.inbox_shards)
-
-
-def all_refs(directory: Directory) -> list[ActorRef]:
-    spec = directory.spec
-    return [
-        *(directory.scene_shard(i) for i in range(spec.scene_shards)),
-        *(directory.beacon_set(i) for i in range(spec.beacon_sets)),
-        *(directory.inbox_shard(i) for i in range(spec.inbox_shards)),
-        directory.registry(),
-        directory.observatory(),
-        directory.audit_log(),
-    ]
-
-
-class LocalRef:
-    """Calls a plain object's method in this process."""
-
-    def __init__(self, target: object, name: str) -> None:
+    def __init__(self, target: object, kind: ActorKind[Any], name: str) -> None:
         self.target = target
+        self.kind = kind
         self.name = name
 
-    async def call(self, method: str, *args: Any) -> Any:
-        result = getattr(self.target, method)(*args)
-        if inspect.isawaitable(result):
-            return await result
-        return result
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method not in self.kind.methods:
+            raise AttributeError(f"{self.name} answers no {method!r}")
+        bound = getattr(self.target, method)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _copied((args, kwargs))
+            return _copied(await bound(*args, **kwargs))
+
+        return call
 
 
 class InProcessDirectory:
-    """Every actor instance lives in this process (no Ray). ``actors`` maps a name to an instance."""
+    """``actors`` maps an actor name (``scene_shard:0``, ``registry``, ...) to its instance."""
 
     def __init__(self, spec: DirectorySpec, actors: dict[str, object]) -> None:
         self.spec = spec
-        self._refs = {name: LocalRef(actor, name) for name, actor in actors.items()}
+        self.instances = dict(actors)
         for actor in actors.values():
             attach = getattr(actor, "attach", None)
             if attach is not None:
                 attach(self)
 
-    def scene_shard(self, index: int) -> LocalRef:
-        return self._refs[f"scene_shard:{index}"]
+    def _local(self, kind: ActorKind[Any], index: int | None = None) -> Any:
+        name = kind.actor_name(index)
+        return LocalActor(self.instances[name], kind, name)
 
-    def beacon_set(self, index: int) -> LocalRef:
-        return self._refs[f"beacon_set:{index}"]
+    def scene_shard(self, index: int) -> SceneShardActor:
+        return cast(SceneShardActor, self._local(SCENE_SHARD, index))
 
-    def inbox_shard(self, index: int) -> LocalRef:
-        return self._refs[f"inbox_shard:{index}"]
+    def beacon_set(self, index: int) -> BeaconSetActor:
+        return cast(BeaconSetActor, self._local(BEACON_SET, index))
 
-    def registry(self) -> LocalRef:
-        return self._refs["registry"]
+    def inbox_shard(self, index: int) -> InboxShardActor:
+        return cast(InboxShardActor, self._local(INBOX_SHARD, index))
 
-    def observatory(self) -> LocalRef:
-        return self._refs["observatory"]
+    def registry(self) -> RegistryActor:
+        return cast(RegistryActor, self._local(REGISTRY))
 
-    def audit_log(self) -> LocalRef:
-        return self._refs["audit_log"]
+    def observatory(self) -> ObservatoryActor:
+        return cast(ObservatoryActor, self._local(OBSERVATORY))
+
+    def audit_log(self) -> AuditLogActor:
+        return cast(AuditLogActor, self._local(AUDIT_LOG))
 
     async def close(self) -> None:
         """Drain every actor's pending work (its tables may then be opened by another owner)."""
-        for ref in all_refs(self):
-            await ref.call("close")
+        for actor in every_actor(self):
+            await actor.close()

@@ -32,6 +32,7 @@ from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow,
 from actors.periodic import Background, Periodic
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, StoredDelivery
+from mesh.inbox_wire import InboxDelivery, PullResult, render_item
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,41 +49,6 @@ class InboxShardConfig:
     storage: StorageConfig
     index: int
     retention: InboxRetention = InboxRetention()
-
-
-@dataclass(frozen=True, slots=True)
-class InboxDelivery:
-    """A delivery a walk makes: ``item_json`` holds the item's ``"diff": ..., "delivery": ...`` members."""
-
-    agent_id: str
-    delivery_id: str
-    diff_id: str
-    project_id: str
-    score: float
-    item_json: str
-    delivered_at: float = 0.0  # epoch seconds
-
-
-@dataclass(frozen=True, slots=True)
-class PullResult:
-    items: tuple[str, ...]  # each SeqInboxItem as JSON, in page order (score, or sequence for the stream)
-    cursor: int
-    window_high: int
-    has_more: bool
-    max_seq: int  # the largest delivery_seq among the items (0 when none)
-
-    @property
-    def count(self) -> int:
-        return len(self.items)
-
-    @property
-    def items_json(self) -> str:
-        """The items as one JSON array (what a pull's body embeds)."""
-        return "[" + ",".join(self.items) + "]"
-
-
-def render_item(d: StoredDelivery) -> str:
-    return f'{{"delivery_seq":{d.seq},{d.item_json}}}'
 
 
 class InboxShard:
@@ -153,7 +119,7 @@ class InboxShard:
         cap = self.config.retention.max_deliveries
         for d in deliveries:
             inbox = self._inbox(d.agent_id)
-            stored = inbox.enqueue(d.delivery_id, d.diff_id, d.project_id, d.score, d.item_json, d.delivered_at)
+            stored = inbox.enqueue(d.delivery_id, d.diff_id, d.project_id, d.score, d.members, d.delivered_at)
             if stored is not None:
                 self._unflushed.append((d.agent_id, stored))
                 added += 1
@@ -208,7 +174,7 @@ class InboxShard:
         items = sorted(page.items, key=lambda d: d.seq) if by_seq else page.items
         await self._make_durable(agent_id, page.cursor)
         return PullResult(
-            tuple(render_item(d) for d in items),
+            tuple(render_item(d.seq, d.members) for d in items),
             page.cursor,
             page.window_high,
             page.has_more,

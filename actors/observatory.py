@@ -35,12 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from mesh.observation import Event, Numbered
 
 MAX_WAIT_S = 30.0
-
-Event = dict[str, Any]
-Numbered = tuple[int, Event]
 
 
 @dataclass(frozen=True, slots=True)

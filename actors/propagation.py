@@ -16,7 +16,6 @@ de-duplicate; the writer's own agent node and beacons are left out unless
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,10 +23,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from actors.directory import Directory, beacon_set_index, inbox_index
-from actors.inbox_shard import InboxDelivery
 from actors.periodic import Background
+from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members, rfc3339
 from mesh.model import Cell, Vector
+from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
@@ -52,51 +51,6 @@ def sampled(diff_id: str, rate: float) -> bool:
     if rate >= 1.0:
         return True
     return int(uuid.UUID(diff_id).hex[:16], 16) / float(1 << 64) < rate
-
-
-def _rfc3339(ts: datetime) -> str:
-    return ts.isoformat().replace("+00:00", "Z")
-
-
-def diff_json(cell: Cell, diff_id: str, energy: float) -> str:
-    """The gossip payload, serialised once per walk (embedding floats at 7 significant digits)."""
-    vector = ",".join(f"{x:.7g}" for x in cell.embedding.tolist())
-    head = json.dumps(
-        {
-            "id": diff_id,
-            "cell_id": cell.id,
-            "content": cell.content,
-            "cell_type": cell.cell_type.value,
-            "layer": cell.layer.value,
-            "salience": round(float(cell.salience), 6),
-            "energy": round(energy, 6),
-            "embedding_engine": cell.engine,
-            "provenance": {
-                "tenant_id": cell.tenant_id,
-                "project_id": cell.project_id,
-                "origin_agent": cell.source_agent,
-                "scene_id": cell.scene_id,
-                "session_id": cell.session_id,
-                "created_at": _rfc3339(cell.created_at),
-            },
-        },
-        separators=(",", ":"),
-    )
-    return head[:-1] + f',"embedding":[{vector}]}}'
-
-
-def delivery_json(reach: Reach, delivered_at: datetime) -> str:
-    return json.dumps(
-        {
-            "score": round(reach.score, 6),
-            "hops": reach.hops,
-            "energy": round(reach.energy, 6),
-            "delivered_at": _rfc3339(delivered_at),
-            "node_id": reach.node_id,
-            "node_kind": reach.kind.value,
-        },
-        separators=(",", ":"),
-    )
 
 
 @dataclass(slots=True)
@@ -143,8 +97,8 @@ class Propagator:
                 )
                 for n in active
             ]
-            calls = [directory.scene_shard(i).call("neighbours_many", requests) for i in range(spec.scene_shards)]
-            calls += [directory.beacon_set(i).call("neighbours_many", requests, now) for i in range(spec.beacon_sets)]
+            calls = [directory.scene_shard(i).neighbours_many(requests) for i in range(spec.scene_shards)]
+            calls += [directory.beacon_set(i).neighbours_many(requests, now) for i in range(spec.beacon_sets)]
             parts = await asyncio.gather(*calls)
             for position, n in enumerate(active):
                 states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out))
@@ -170,7 +124,7 @@ class Propagator:
             for cell, _ in jobs:
                 index = beacon_set_index(directory, cell.source_agent)
                 observations[index].append((cell.source_agent, cell.tenant_id, cell.embedding))
-            await asyncio.gather(*(directory.beacon_set(i).call("observe_many", obs) for i, obs in observations.items()))
+            await asyncio.gather(*(directory.beacon_set(i).observe_many(obs) for i, obs in observations.items()))
         results = await self.walk_many(jobs, now)
         by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
         for (cell, _), result in zip(jobs, results, strict=True):
@@ -178,13 +132,13 @@ class Propagator:
                 continue
             payload = diff_json(cell, result.diff_id, self.config.policy.initial_energy(cell.salience))
             for reach in result.reaches:
-                item = f'"diff":{payload},"delivery":{delivery_json(reach, now)}'
+                item = item_members(payload, delivery_json(reach, now))
                 delivery = InboxDelivery(
                     reach.agent_id, f"{result.diff_id}:{reach.node_id}", result.diff_id, cell.project_id, reach.score, item
                 )
                 by_shard[inbox_index(directory, reach.agent_id)].append(delivery)
         if by_shard:
-            await asyncio.gather(*(directory.inbox_shard(s).call("deliver", ds) for s, ds in by_shard.items()))
+            await asyncio.gather(*(directory.inbox_shard(s).deliver(ds) for s, ds in by_shard.items()))
         traced = []
         for (cell, _), result in zip(jobs, results, strict=True):
             result.delivered = len(result.reaches)
@@ -199,7 +153,7 @@ class Propagator:
         if self._inflight_records >= self.config.max_inflight_records:
             self._dropped += sum(len(result.events) for _, result in traced)
             return
-        ts = _rfc3339(now)
+        ts = rfc3339(now)
         events: list[dict[str, Any]] = [
             {
                 "diff_id": result.diff_id,
@@ -223,7 +177,7 @@ class Propagator:
 
         async def send() -> None:
             try:
-                await directory.observatory().call("record", events, dropped)
+                await directory.observatory().record(events, dropped)
             finally:
                 self._inflight_records -= 1
 

@@ -15,14 +15,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
-from actors.directory import DirectorySpec, all_refs
+from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD, ActorKind
 from mesh.errors import ConfigInvalid, InternalError, MemeshError, TimedOut, Unavailable
+from mesh.seam import (
+    AuditLogActor,
+    BeaconSetActor,
+    DirectorySpec,
+    InboxShardActor,
+    ObservatoryActor,
+    RegistryActor,
+    SceneShardActor,
+    every_actor,
+)
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -32,30 +43,33 @@ _ACTOR_OPTIONS: dict[str, Any] = {
 }
 
 
-class RayRef:
-    """Calls a named Ray actor; Ray failures become the memesh error vocabulary."""
+class RayActor:
+    """A named Ray actor behind its kind's methods; Ray failures become the memesh error vocabulary."""
 
-    def __init__(self, handle: Any, name: str) -> None:
+    def __init__(self, handle: Any, kind: ActorKind[Any], name: str) -> None:
         self.handle = handle
+        self.kind = kind
         self.name = name
 
-    async def call(self, method: str, *args: Any) -> Any:
-        try:
-            return await getattr(self.handle, method).remote(*args)
-        except RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, MemeshError):
-                raise cause from None
-            raise InternalError(f"{self.name}.{method} failed") from exc
-        except GetTimeoutError as exc:
-            raise TimedOut(f"{self.name} did not answer in time") from exc
-        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
-            raise Unavailable(f"{self.name} is unavailable") from exc
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method not in self.kind.methods:
+            raise AttributeError(f"{self.name} answers no {method!r}")
+        remote = getattr(self.handle, method).remote
 
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await remote(*args, **kwargs)
+            except RayTaskError as exc:
+                cause = exc.cause
+                if isinstance(cause, MemeshError):
+                    raise cause from None
+                raise InternalError(f"{self.name}.{method} failed") from exc
+            except GetTimeoutError as exc:
+                raise TimedOut(f"{self.name} did not answer in time") from exc
+            except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+                raise Unavailable(f"{self.name} is unavailable") from exc
 
-def _actor(cls: type, name: str, namespace: str, *args: Any) -> RayRef:
-    handle: Any = ray.remote(cls).options(name=name, namespace=namespace, get_if_exists=True, **_ACTOR_OPTIONS).remote(*args)
-    return RayRef(handle, name)
+        return call
 
 
 class RayDirectory:
@@ -70,7 +84,7 @@ class RayDirectory:
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
-        self._refs: dict[str, RayRef] = {}
+        self._handles: dict[str, Any] = {}
         if plan:
             try:
                 ray.get_actor(next(iter(plan)), namespace=spec.namespace)
@@ -79,43 +93,44 @@ class RayDirectory:
             else:
                 raise ConfigInvalid(f"another memesh head already runs in Ray namespace {spec.namespace!r}")
         for name, (cls, args) in (plan or {}).items():
-            self._refs[name] = _actor(cls, name, spec.namespace, *args)
+            options: Any = ray.remote(cls).options(name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS)
+            self._handles[name] = options.remote(*args)
 
-    def _ref(self, name: str) -> RayRef:
-        ref = self._refs.get(name)
-        if ref is None:
+    def _actor(self, kind: ActorKind[Any], index: int | None = None) -> Any:
+        name = kind.actor_name(index)
+        handle = self._handles.get(name)
+        if handle is None:
             try:
-                handle = ray.get_actor(name, namespace=self.spec.namespace)
+                handle = self._handles[name] = ray.get_actor(name, namespace=self.spec.namespace)
             except ValueError as exc:
                 raise Unavailable(f"{name} is not running") from exc
-            ref = self._refs[name] = RayRef(handle, name)
-        return ref
+        return RayActor(handle, kind, name)
 
-    def scene_shard(self, index: int) -> RayRef:
-        return self._ref(f"scene_shard:{index}")
+    def scene_shard(self, index: int) -> SceneShardActor:
+        return cast(SceneShardActor, self._actor(SCENE_SHARD, index))
 
-    def beacon_set(self, index: int) -> RayRef:
-        return self._ref(f"beacon_set:{index}")
+    def beacon_set(self, index: int) -> BeaconSetActor:
+        return cast(BeaconSetActor, self._actor(BEACON_SET, index))
 
-    def inbox_shard(self, index: int) -> RayRef:
-        return self._ref(f"inbox_shard:{index}")
+    def inbox_shard(self, index: int) -> InboxShardActor:
+        return cast(InboxShardActor, self._actor(INBOX_SHARD, index))
 
-    def registry(self) -> RayRef:
-        return self._ref("registry")
+    def registry(self) -> RegistryActor:
+        return cast(RegistryActor, self._actor(REGISTRY))
 
-    def observatory(self) -> RayRef:
-        return self._ref("observatory")
+    def observatory(self) -> ObservatoryActor:
+        return cast(ObservatoryActor, self._actor(OBSERVATORY))
 
-    def audit_log(self) -> RayRef:
-        return self._ref("audit_log")
+    def audit_log(self) -> AuditLogActor:
+        return cast(AuditLogActor, self._actor(AUDIT_LOG))
 
     async def close(self) -> None:
-        refs = [r for r in all_refs(self) if isinstance(r, RayRef)]
+        actors = every_actor(self)
         with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain
-            await asyncio.wait_for(asyncio.gather(*(ref.call("close") for ref in refs), return_exceptions=True), 30)
-        for ref in refs:
+            await asyncio.wait_for(asyncio.gather(*(a.close() for a in actors), return_exceptions=True), 30)
+        for handle in self._handles.values():
             with contextlib.suppress(Exception):  # already gone is fine at shutdown
-                ray.kill(ref.handle, no_restart=True)
+                ray.kill(handle, no_restart=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from actors.clock import IdSource
 from actors.codecs import (
     PROPAGATED_SCHEMA,
     cell_schema,
@@ -43,14 +42,15 @@ from actors.codecs import (
     scenes_from_arrow,
     scenes_to_arrow,
 )
-from actors.directory import Directory
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
 from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
+from mesh.ids import IdSource
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
+from mesh.seam import Directory
 from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
@@ -107,7 +107,7 @@ class SceneShard:
         self._background: set[asyncio.Task[None]] = set()
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
-        self._ids = IdSource()
+        self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
         self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
         # Access times: a long window, so their upserts stay off the write path.
         self._touch_commit: GroupCommitter[_Change] = GroupCommitter(self._flush, 1.0, 100_000)

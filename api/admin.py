@@ -8,7 +8,7 @@
   request and WebSocket handshake (session first, then role, body checks and
   the Admin bucket).
 
-Console sessions live in this process only (:mod:`actors.console_sessions`):
+Console sessions live in this process only (:mod:`api.console_sessions`):
 restarting the head logs operators out.
 """
 
@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from fastapi import FastAPI, WebSocket
 
-from actors.facade import Memesh
 from api import admin_api, observatory
 from api.admin_auth import Console, ConsoleConfig
 from api.admin_auth import router as auth_router
 from api.admin_gate import AdminGate
 from api.errors import error_response
+from head.facade import Memesh
 from mesh.errors import ErrorCode
 
 __all__ = ["ConsoleConfig", "mount_admin"]

@@ -15,7 +15,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from actors.facade import Memesh
 from api.admin_schemas import (
     AgentIssueIn,
     AgentListOut,
@@ -29,6 +28,7 @@ from api.admin_schemas import (
     NodeDeleteIn,
 )
 from api.cursors import decode_cursor, encode_cursor
+from head.facade import Memesh
 from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import ValidationFailed
 from mesh.identity import Principal

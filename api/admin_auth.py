@@ -52,14 +52,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from joserfc.errors import JoseError
 from pydantic import BaseModel
 
-from actors.clock import Clock, utc_now
-from actors.console_sessions import ConsoleSession, ConsoleSessions, PendingLogin, PendingLogins, address_owner
-from actors.facade import Bucket, Memesh
 from api.admin_gate import SESSION_COOKIE
+from api.console_sessions import ConsoleSession, ConsoleSessions, PendingLogin, PendingLogins, address_owner
 from api.errors import error_response, memesh_error_response
 from api.gate_common import cross_origin, header_map
+from head.clock import utc_now
+from head.facade import Bucket, Memesh
 from mesh.errors import ConfigInvalid, ErrorCode, MemeshError, Unauthorized, Unavailable, ValidationFailed
 from mesh.identity import Principal
+from mesh.ids import Clock
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,14 @@ import functools
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actors.clock import Clock, utc_now
-from actors.console_sessions import ConsoleSession, ConsoleSessions
-from actors.facade import Bucket, Memesh
+from api.console_sessions import ConsoleSession, ConsoleSessions
 from api.errors import error_response, memesh_error_response
 from api.gate_common import body_refusal, cross_origin, header_map, refuse, run_guarded
+from head.clock import utc_now
+from head.facade import Bucket, Memesh
 from mesh.errors import ErrorCode, MemeshError, Unauthorized
 from mesh.identity import Principal
+from mesh.ids import Clock
 
 SESSION_COOKIE = "service_admin_session"
 ADMIN_API = "/admin/api"

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from actors.reembed import ReembedJob
+from head.reembed import ReembedJob
 from mesh.erasure import EraseCounts
 from mesh.identity import Agent
 

@@ -7,7 +7,6 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
-from actors.facade import Memesh
 from api.admin import ConsoleConfig, mount_admin
 from api.admin_api import public_router as published_keys_router
 from api.errors import error_response, install_error_handlers
@@ -17,6 +16,7 @@ from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
 from api.schemas import HealthOut
 from api.v1 import router as memory_router
+from head.facade import Memesh
 from mesh.errors import ErrorCode, MemeshError
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actors.facade import Memesh
 from api.errors import memesh_error_response
 from api.gate_common import body_refusal, client_address, header_map, run_guarded
+from head.facade import Memesh
 from mesh.errors import MemeshError
 
 KEY_HEADER = "x-service-key"

@@ -11,9 +11,9 @@ from typing import Any, TypeVar
 
 import grpc
 
-from actors.facade import Bucket, Memesh
 from api.admin_schemas import AgentOut, rfc3339
 from api.errors import grpc_status
+from head.facade import Bucket, Memesh
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import MemeshError, ValidationFailed

@@ -33,12 +33,12 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Response, WebSocket
 from starlette.websockets import WebSocketState
 
-from actors.facade import Bucket, Memesh
 from api.errors import STATUS, envelope, memesh_error_response
 from api.gate import KEY_HEADER
 from api.gate_common import client_address
 from api.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.v1 import Core, _principal
+from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError, RateLimited, Unavailable, ValidationFailed
 from mesh.identity import Principal
 

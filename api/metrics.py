@@ -52,9 +52,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from actors.facade import Memesh
-from actors.observatory_hub import ObservatoryHub
 from api.errors import error_response
+from head.facade import Memesh
+from head.observatory_hub import ObservatoryHub
 from mesh.errors import ErrorCode, MemeshError
 
 METRICS_PATH = "/metrics"

@@ -37,8 +37,8 @@ from fastapi.responses import JSONResponse
 from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketState
 
-from actors.observatory_hub import ObservatoryHub, Resync, Subscription
 from api.errors import STATUS, envelope, memesh_error_response
+from head.observatory_hub import ObservatoryHub, Resync, Subscription
 from mesh.errors import Forbidden, MemeshError, Unauthorized, ValidationFailed
 from mesh.identity import Principal
 

@@ -11,7 +11,6 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from actors.facade import Bucket, Memesh
 from api.cursors import decode_cursor, encode_cursor
 from api.schemas import (
     ERROR_RESPONSES,
@@ -26,6 +25,7 @@ from api.schemas import (
     SessionIn,
     SessionOut,
 )
+from head.facade import Bucket, Memesh
 from mesh.identity import Principal
 from mesh.model import NewCell
 from mesh.query import NodeFilter

@@ -349,7 +349,7 @@ def certificate_counts(cert: Any) -> dict[str, int]:
 
 def verify_certificate(server: MemeshServer, cert: Any) -> dict[str, Any]:
     """The receipt's claims once the digest verifies against the published key set; raises otherwise."""
-    from actors.erasure_signing import verify_receipt
+    from head.erasure_signing import verify_receipt
 
     if not cert.digest:
         raise RuntimeError("the erase answered without a digest")
@@ -367,7 +367,7 @@ def verify_certificate(server: MemeshServer, cert: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- run
 def run(plan: Plan, report: Report) -> None:
-    from actors.embedding import make_engine
+    from head.embedding import make_engine
 
     banner(f"control plane, engine=minilm, {plan.cells:,} cells ({ERASE_PROJECT} / {KEEP_PROJECT} half each)")
     gen = SentenceGen(SEED)

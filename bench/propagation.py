@@ -59,7 +59,7 @@ def lancedb_append_ms(samples: int) -> float:
         times = []
         for i in range(samples):
             batch = deliveries_to_arrow(
-                [("agent", StoredDelivery(i + 1, f"d{i}", row.diff_id, row.project_id, 0.5, row.item_json))]
+                [("agent", StoredDelivery(i + 1, f"d{i}", row.diff_id, row.project_id, 0.5, row.members))]
             )
             t0 = time.perf_counter()
             await table.append(batch)

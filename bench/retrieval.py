@@ -240,7 +240,7 @@ def lance_reference(matrix: np.ndarray, directory: Path) -> Any:
 
 # ---------------------------------------------------------------------- run
 def run_engine(engine_name: str, plan: Plan, report: Report, lance: bool, default_walks: bool) -> None:
-    from actors.embedding import make_engine
+    from head.embedding import make_engine
 
     banner(f"retrieval, engine={engine_name}, sizes={list(plan.sizes)}, k={K}")
     print(

@@ -166,7 +166,7 @@ def sequential_writes(server: MemeshServer, key: str, gen: SentenceGen, requests
 
 
 def run(plan: Plan, report: Report) -> None:
-    from actors.embedding import make_engine
+    from head.embedding import make_engine
 
     banner("writes, engine=minilm (the server embeds every text)")
     gen = SentenceGen(SEED)

@@ -1,4 +1,4 @@
-"""The composition root: settings in, a running :class:`~actors.facade.Memesh` out.
+"""The composition root: settings in, a running :class:`~head.facade.Memesh` out.
 
 The only place that knows both the settings and the concrete parts (Ray or
 in-process directory, embedding engine, storage URI).
@@ -14,22 +14,24 @@ from typing import Any
 
 from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
-from actors.directory import Directory, DirectorySpec, InProcessDirectory
-from actors.embedding import Embedder, EmbeddingEngine, engine_named, make_engine
-from actors.erasure_signing import ErasureSigner
-from actors.facade import Bucket, Memesh
-from actors.inbox_service import InboxLimits
+from actors.directory import InProcessDirectory
 from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
-from actors.memory_service import MemoryLimits
 from actors.observatory import Observatory, ObservatoryConfig
-from actors.observatory_hub import ObservatoryHubConfig
 from actors.propagation import PropagationConfig
 from actors.registry import Registry, RegistryConfig
 from actors.scene_shard import SceneShard, ShardConfig
-from actors.storage import StorageConfig, write_private_file
-from actors.usage import Quotas
+from actors.storage import StorageConfig
 from cluster.settings import Settings
+from head.embedding import Embedder, EmbeddingEngine, engine_named, make_engine
+from head.erasure_signing import ErasureSigner
+from head.facade import Bucket, Memesh
+from head.inbox_service import InboxLimits
+from head.memory_service import MemoryLimits
+from head.observatory_hub import ObservatoryHubConfig
+from head.private_files import write_private_file
+from head.usage import Quotas
 from mesh.ratelimit import BucketPolicy
+from mesh.seam import Directory, DirectorySpec
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +181,7 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
         "embedding_engine": memesh.embedder.name,
         "dims": memesh.embedder.dims,
     }
-    corpus_engine: str | None = await memesh.directory.registry().call("claim_deployment", wanted)
+    corpus_engine: str | None = await memesh.directory.registry().claim_deployment(wanted)
     if corpus_engine is not None:
         # The data was embedded by another engine of the same width: serve with that one until a
         # reembed (POST /admin/api/reembed) moves the corpus to the configured engine.

@@ -19,12 +19,12 @@ import grpc
 import uvicorn
 from fastapi import FastAPI
 
-from actors.facade import Memesh
 from api.admin import ConsoleConfig
 from api.app import create_app
 from api.grpc_admin import add_admin_service
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
+from head.facade import Memesh
 from mesh.errors import ConfigInvalid
 
 log = logging.getLogger("memesh")

@@ -14,7 +14,7 @@ Guarantees: every descriptor this module returns has passed the same limits
 descriptor always reads back through :meth:`Descriptor.from_json`. Every bad
 document raises :class:`~mesh.errors.ValidationFailed` with a redaction-safe
 message naming the field. Canonical JSON and signatures live in
-``actors.card_signing``; callers pass the canonical size and digest in.
+``head.card_signing``; callers pass the canonical size and digest in.
 """
 
 from __future__ import annotations

@@ -10,8 +10,13 @@ borrows the next millisecond. The clock and random bits are parameters.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 
 _COUNTER_MAX = 0xFFF
+
+Clock = Callable[[], datetime]
+"""The wall clock a caller passes in (a runtime reads the real one; tests pass a fixed one)."""
 
 
 def uuid7(unix_ms: int, random_bytes: bytes, counter: int | None = None) -> str:
@@ -53,3 +58,18 @@ def is_uuid(value: str) -> bool:
         return str(uuid.UUID(value)) == value.lower()
     except (ValueError, AttributeError, TypeError):
         return False
+
+
+class IdSource:
+    """UUIDv7 ids from the given clock and random source, strictly increasing within this process."""
+
+    def __init__(self, clock: Clock, random: Callable[[int], bytes]) -> None:
+        self._clock = clock
+        self._random = random
+        self._ids = MonotonicUuid7()
+
+    def new(self) -> str:
+        return self._ids.next_id(int(self._clock().timestamp() * 1000), self._random(10))
+
+    def many(self, n: int) -> list[str]:
+        return [self.new() for _ in range(n)]

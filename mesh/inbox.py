@@ -39,7 +39,7 @@ class StoredDelivery:
     diff_id: str
     project_id: str
     score: float
-    item_json: str  # the SeqInboxItem without its sequence: {"diff": ..., "delivery": ...} members
+    members: str  # the SeqInboxItem without its sequence (mesh.inbox_wire.item_members)
     delivered_at: float = 0.0  # epoch seconds; what the retention age is measured from
 
 
@@ -72,13 +72,13 @@ class AgentInbox:
         return delivery_id in self._ids
 
     def enqueue(
-        self, delivery_id: str, diff_id: str, project_id: str, score: float, item_json: str, delivered_at: float = 0.0
+        self, delivery_id: str, diff_id: str, project_id: str, score: float, members: str, delivered_at: float = 0.0
     ) -> StoredDelivery | None:
         """Assign the next sequence; None when this delivery id is already here."""
         if delivery_id in self._ids:
             return None
         self.last_seq += 1
-        stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, item_json, delivered_at)
+        stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, members, delivered_at)
         self._append(stored)
         return stored
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from joserfc.jwk import ECKey
 
-from actors.erasure_signing import verify_receipt
+from head.erasure_signing import verify_receipt
 from tests.servers import BOOTSTRAP_SUBJECT, OidcProvider, Server, assert_envelope, audit_rows, console_login
 from tests.unit.test_descriptors import fixture, jwks_of, sign_card
 

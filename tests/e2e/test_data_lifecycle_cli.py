@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import httpx
 
-from actors.erasure_signing import verify_receipt
+from head.erasure_signing import verify_receipt
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from tests.e2e.test_propagation import pull_until
 from tests.servers import Server

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.directory import all_refs
-from actors.facade import Memesh
 from actors.ray_directory import RayDirectory
 from cluster.compose import build_memesh
 from cluster.settings import Settings
+from head.facade import Memesh
 from mesh.errors import MemeshError, NotFound, Unauthorized
 from mesh.identity import Principal, Role
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
+from mesh.seam import every_actor
 
 ADMIN = Principal(agent_id="00000000-0000-7000-8000-000000000001", tenant_id="system", roles=frozenset({Role.SERVICE_ADMIN}))
 
@@ -46,12 +46,12 @@ async def kill(memesh: Memesh, ref_name: str) -> None:
     """Kill the actor's process and wait until Ray has restarted it (a new pid answers)."""
     directory = memesh.directory
     assert isinstance(directory, RayDirectory)
-    ref = {r.name: r for r in all_refs(directory)}[ref_name]
-    before = (await ref.call("health"))["pid"]
+    ref = {r.name: r for r in every_actor(directory)}[ref_name]  # type: ignore[attr-defined]
+    before = (await ref.health())["pid"]
     ray.kill(ref.handle, no_restart=False)
     for _ in range(200):
         try:
-            if (await ref.call("health"))["pid"] != before:
+            if (await ref.health())["pid"] != before:
                 return
         except MemeshError:
             pass
@@ -168,7 +168,7 @@ async def test_killed_inbox_shards_lose_no_committed_delivery_and_never_rewind(c
         await kill(core, f"inbox_shard:{i}")
     await writing
     for i in range(core.directory.spec.scene_shards):
-        await core.directory.scene_shard(i).call("settle", 30.0)
+        await core.directory.scene_shard(i).settle(30.0)
     await draining
     assert cursors == sorted(cursors), "a cursor rewound"
     everything = await core.inbox.pull(listener, 0, None, 256)

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from actors.facade import Memesh
 from api.app import create_app
 from cluster.compose import build_memesh
 from cluster.settings import Settings
+from head.facade import Memesh
 from mesh.identity import Principal, Role
 
 ADMIN = Principal(agent_id="00000000-0000-7000-8000-000000000001", tenant_id="system", roles=frozenset({Role.SERVICE_ADMIN}))

@@ -14,12 +14,12 @@ import httpx
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
-from actors.clock import utc_now
-from actors.facade import Memesh
 from api.admin import ConsoleConfig
 from api.admin_auth import Console
 from api.admin_gate import SESSION_COOKIE, AdminGate
 from api.app import create_app
+from head.clock import utc_now
+from head.facade import Memesh
 from mesh.audit import AuditKind
 from tests.unit.conftest import ADMIN, assert_error
 
@@ -80,7 +80,7 @@ async def test_me_reflects_the_session_without_charge(console: ConsoleHarness) -
     assert set(body) == {"agent_id", "tenant_id", "roles", "display_name", "subject", "expires_at"}
     assert body["tenant_id"] == "acme" and body["roles"] == ["ProjectAdmin"]
     assert body["display_name"] == "alice" and body["subject"] == "alice"
-    rows = await console.core.directory.audit_log().call("rows", 0, 1000)
+    rows = await console.core.directory.audit_log().rows(0, 1000)
     assert not [r for r in rows if r.kind in (AuditKind.AUTH_SUCCESS, AuditKind.AUTH_FAILURE)]
 
 
@@ -121,7 +121,7 @@ async def test_login_needs_the_provider_and_the_callback_needs_the_state(console
     response = await console.call("GET", "/admin/auth/callback?code=abc&state=forged")
     assert_error(response, 400, "validation")
     assert "service_admin_login_state=" in response.headers["set-cookie"]  # cleared
-    rows = await console.core.directory.audit_log().call("rows", 0, 1000)
+    rows = await console.core.directory.audit_log().rows(0, 1000)
     failures = [r for r in rows if r.kind == AuditKind.AUTH_FAILURE]
     assert len(failures) == 1 and "abc" not in failures[0].detail and "forged" not in failures[0].detail
     assert len(console.console.sessions) == 0
@@ -186,7 +186,7 @@ async def test_a_cross_origin_browser_request_cannot_change_state(console: Conso
     same = {"origin": "http://memesh.test"}
     assert (await console.call("POST", "/admin/api/agents", token, json=agents, headers=same)).status_code == 200
     assert (await console.call("POST", "/admin/api/agents", token, json=agents)).status_code == 200  # no Origin: not a browser
-    rows = await console.core.directory.audit_log().call("rows", 0, 1000)
+    rows = await console.core.directory.audit_log().rows(0, 1000)
     assert [r.kind for r in rows].count(AuditKind.AGENT_ISSUED) == 3  # the session's own agent and the two accepted issues
 
 

@@ -8,7 +8,7 @@ from datetime import datetime
 import httpx
 import pytest
 
-from actors.facade import Memesh
+from head.facade import Memesh
 from tests.unit.conftest import ADMIN, Api, assert_error
 
 NODE_FIELDS = {

@@ -1,4 +1,8 @@
-"""Imports point inward: mesh <- actors <- api <- cluster (DESIGN.md section 2)."""
+"""Imports point inward (docs/architecture.md): mesh <- actors, mesh <- head <- api, and cluster over all.
+
+The head's use cases (``head``) never import an actor module, and actors never
+import the head: they meet only at the typed seam of ``mesh.seam``.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FIRST_PARTY = {"mesh", "actors", "api", "cluster", "memesh_proto"}
+FIRST_PARTY = {"mesh", "actors", "head", "api", "cluster", "memesh_proto"}
 ALLOWED = {
     "mesh": {"mesh"},
     "actors": {"mesh", "actors"},
-    "api": {"mesh", "actors", "api", "memesh_proto"},
+    "head": {"mesh", "head"},
+    "api": {"mesh", "head", "api", "memesh_proto"},
     "cluster": FIRST_PARTY,
 }
 MESH_THIRD_PARTY = {"numpy", "pydantic"}
@@ -54,10 +59,34 @@ def test_the_domain_core_imports_no_runtime_storage_or_transport() -> None:
 
 
 def test_only_ray_directory_touches_ray() -> None:
-    users = {p.relative_to(ROOT).as_posix() for pkg in ("mesh", "actors", "api") for p in modules(pkg) if "ray" in imports_of(p)}
+    users = {
+        p.relative_to(ROOT).as_posix()
+        for pkg in ("mesh", "actors", "head", "api")
+        for p in modules(pkg)
+        if "ray" in imports_of(p)
+    }
     assert users == {"actors/ray_directory.py"}
 
 
 def test_only_storage_touches_lancedb() -> None:
     users = {p.relative_to(ROOT).as_posix() for pkg in ALLOWED for p in modules(pkg) if "lancedb" in imports_of(p)}
     assert users == {"actors/storage.py"}
+
+
+def test_no_actor_method_is_named_by_a_string() -> None:
+    """Every call across the seam is a typed method call (mesh.seam), so mypy and "find usages" see it."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for pkg in (*ALLOWED, "tests", "bench")
+        for path in modules(pkg)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"call", "remote"}
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and isinstance(node.args[0].value, str)
+        and node.args[0].value.isidentifier()
+        and node.args[0].value.islower()
+    ]
+    assert not offenders, offenders

@@ -9,7 +9,7 @@ import lancedb
 import pytest
 
 from actors.audit_log import jcs_sha256
-from actors.facade import Memesh
+from head.facade import Memesh
 from mesh.audit import AuditKind, chain, verify
 from mesh.errors import Forbidden
 from mesh.identity import Principal, Role
@@ -48,7 +48,7 @@ async def test_lifecycle_and_denials_are_audited_without_secrets(core: Memesh, t
     )
     with pytest.raises(Forbidden):
         await core.identity.apply(project_admin, issued.agent.id, "revoke")
-    rows = await core.directory.audit_log().call("rows", 0, 100)
+    rows = await core.directory.audit_log().rows(0, 100)
     assert [(r.kind, r.outcome) for r in rows] == [("AgentIssued", "ok"), ("AgentRotated", "ok"), ("AuthzDenied", "denied")]
     assert rows[2].actor_tenant == "t2" and rows[2].target == issued.agent.id
     text = json.dumps([r.__dict__ if hasattr(r, "__dict__") else [getattr(r, f) for f in r.__slots__] for r in rows])

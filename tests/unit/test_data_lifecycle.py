@@ -12,16 +12,16 @@ import lancedb
 import numpy as np
 import pytest
 
-from actors.directory import beacon_set_index
-from actors.embedding import Embedder, HashEngine, Matrix
-from actors.erasure_signing import KEY_FILE, verify_receipt
-from actors.facade import Memesh
 from cluster.compose import start_core
+from head.embedding import Embedder, HashEngine, Matrix
+from head.erasure_signing import KEY_FILE, verify_receipt
+from head.facade import Memesh
 from mesh.erasure import DeleteReason, EraseScope, ScopeKind, parse_scope
 from mesh.errors import Conflict, Forbidden, NotFound, StorageUnavailable, ValidationFailed
 from mesh.identity import Principal, Role
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
+from mesh.seam import beacon_set_index
 from tests.unit.conftest import ADMIN, in_process_settings
 from tests.unit.test_propagation import agent, drain, settle, write
 
@@ -30,7 +30,7 @@ T2_ADMIN = Principal("00000000-0000-7000-8000-0000000000a2", "t2", frozenset({Ro
 
 
 async def audit_kinds(core: Memesh) -> list[tuple[str, str, str]]:
-    rows = await core.directory.audit_log().call("rows", 0, 1000)
+    rows = await core.directory.audit_log().rows(0, 1000)
     return [(r.kind, r.outcome, r.target) for r in rows]
 
 
@@ -135,8 +135,8 @@ async def test_erase_an_agent_removes_its_writes_inbox_beacons_and_sessions(core
     )
     assert await contents(core, listener, "terraform state locking") == {"terraform state locking broke today"}
     beacons = core.directory.beacon_set(beacon_set_index(core.directory, writer.agent_id))
-    assert await beacons.call("list_for", "t1", writer.agent_id, datetime.now(UTC)) == []
-    assert len(await beacons.call("list_for", "t1", listener.agent_id, datetime.now(UTC))) <= 1
+    assert await beacons.list_for("t1", writer.agent_id, datetime.now(UTC)) == []
+    assert len(await beacons.list_for("t1", listener.agent_id, datetime.now(UTC))) <= 1
 
 
 async def test_node_delete_tombstones_once_and_respects_tenants(core: Memesh) -> None:
@@ -204,7 +204,7 @@ async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Me
     kinds = [k[0] for k in await audit_kinds(core)]
     assert "ReembedStarted" in kinds and "ReembedFinished" in kinds
     wanted = {"scene_shards": 2, "beacon_sets": 2, "inbox_shards": 2, "embedding_engine": "hash-384", "dims": 384}
-    assert await core.directory.registry().call("claim_deployment", wanted) == "shifted-hash-384"  # the manifest moved
+    assert await core.directory.registry().claim_deployment(wanted) == "shifted-hash-384"  # the manifest moved
     await core.close()
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from joserfc.jwk import ECKey
 
-from actors.facade import Memesh
+from head.facade import Memesh
 from mesh.errors import Forbidden, NotFound, ValidationFailed
 from mesh.identity import Principal, Role
 from tests.unit.conftest import ADMIN
@@ -15,7 +15,7 @@ T2_ADMIN = Principal("00000000-0000-7000-8000-0000000000a2", "t2", frozenset({Ro
 
 
 async def kinds(core: Memesh) -> list[str]:
-    return [r.kind for r in await core.directory.audit_log().call("rows", 0, 1000)]
+    return [r.kind for r in await core.directory.audit_log().rows(0, 1000)]
 
 
 async def test_set_import_and_read_back(core: Memesh) -> None:

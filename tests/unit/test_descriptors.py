@@ -19,7 +19,7 @@ import rfc8785
 from joserfc import jws
 from joserfc.jwk import ECKey, OKPKey, RSAKey
 
-from actors.card_signing import (
+from head.card_signing import (
     canonical_bytes,
     document_digest,
     signing_payload,

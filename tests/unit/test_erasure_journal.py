@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.erasure_signing import verify_receipt
-from actors.facade import Memesh
 from cluster.compose import start_core
+from head.erasure_signing import verify_receipt
+from head.facade import Memesh
 from mesh.erasure import parse_scope
 from mesh.errors import NotFound, StorageUnavailable
 from mesh.model import CellType, NewCell
@@ -33,7 +33,7 @@ def grep(root: Path, needle: str) -> list[str]:
 
 
 async def erased_rows(core: Memesh) -> list[Any]:
-    return [r for r in await core.directory.audit_log().call("rows", 0, 10_000) if r.kind == "Erased"]
+    return [r for r in await core.directory.audit_log().rows(0, 10_000) if r.kind == "Erased"]
 
 
 def inbox_targets(core: Memesh) -> list[Any]:
@@ -116,7 +116,7 @@ async def test_a_crash_mid_erase_is_resumed_at_the_next_start(make_core: Callabl
     scope = parse_scope("project", "ops", "t1")
     attempt = asyncio.create_task(core.data.erase(ADMIN, scope, scope.label, dry_run=False))
     for _ in range(200):
-        pending = await core.directory.audit_log().call("journal_unfinished")
+        pending = await core.directory.audit_log().journal_unfinished()
         if pending:
             break
         await asyncio.sleep(0.02)

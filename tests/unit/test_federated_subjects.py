@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from actors.facade import Memesh
 from cluster.compose import start_core
+from head.facade import Memesh
 from mesh.audit import AuditKind
 from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from mesh.identity import AgentStatus, Principal, Role
@@ -19,7 +19,7 @@ from tests.unit.conftest import ADMIN, in_process_settings
 
 
 async def _rows(core: Memesh) -> list[dict[str, str]]:
-    rows = await core.directory.audit_log().call("rows", 0, 1000)
+    rows = await core.directory.audit_log().rows(0, 1000)
     return [{"kind": r.kind, "actor": r.actor_agent, "target": r.target, "outcome": r.outcome, "detail": r.detail} for r in rows]
 
 
@@ -47,10 +47,10 @@ async def test_binding_is_idempotent_and_never_moves_a_live_subject(core: Memesh
     assert (await core.identity.bind_subject(ADMIN, "sub-1", first.id)).id == first.id  # the same pair again: no change
     with pytest.raises(Conflict):
         await core.identity.bind_subject(ADMIN, "sub-1", second.id)
-    agents_before = await core.directory.registry().call("list_agents", None, None, 100)
+    agents_before = await core.directory.registry().list_agents(None, None, 100)
     with pytest.raises(Conflict):
         await core.identity.issue(ADMIN, "acme", "three", ["Writer"], oidc_subject="sub-1")  # refused before issuing
-    assert await core.directory.registry().call("list_agents", None, None, 100) == agents_before
+    assert await core.directory.registry().list_agents(None, None, 100) == agents_before
     await core.identity.apply(ADMIN, first.id, "suspend")
     with pytest.raises(Conflict):
         await core.identity.bind_subject(ADMIN, "sub-1", second.id)  # a suspended holder keeps it
@@ -125,13 +125,13 @@ async def test_the_bootstrap_subject_is_bound_once_across_restarts(make_core: Ca
     await start_core(second, settings)
     again = await second.identity.principal_for_subject("root-operator")
     assert again == principal
-    agents = await second.directory.registry().call("list_agents", None, None, 100)
+    agents = await second.directory.registry().list_agents(None, None, 100)
     assert sum(a.display_name == "bootstrap-operator" for a in agents) == 1
     assert sum(r["kind"] == AuditKind.SUBJECT_BOUND for r in await _rows(second)) == 1
     # A revoked bootstrap operator stays revoked across a restart.
     await second.identity.apply(ADMIN, principal.agent_id, "revoke")
     assert await second.identity.ensure_bootstrap_subject("root-operator") is False
-    stored = await second.directory.registry().call("get", principal.agent_id)
+    stored = await second.directory.registry().get(principal.agent_id)
     assert stored.status is AgentStatus.REVOKED
     await second.close()
 
@@ -166,6 +166,6 @@ async def test_the_bootstrap_subject_is_reserved_for_a_service_admin(make_core: 
         await core.identity.bind_subject(project_admin, "first-operator", writer.agent.id)
     with pytest.raises(Forbidden, match="reserved"):  # not even a ServiceAdmin binds it to a lesser agent
         await core.identity.bind_subject(ADMIN, "first-operator", writer.agent.id)
-    rows = [r for r in await core.directory.audit_log().call("rows", 0, 1000) if r.kind == "AuthzDenied"]
+    rows = [r for r in await core.directory.audit_log().rows(0, 1000) if r.kind == "AuthzDenied"]
     assert len(rows) == 3 and all("reserved" in r.detail for r in rows)
     await core.close()

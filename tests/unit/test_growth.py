@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from actors.directory import beacon_set_index, inbox_index
-from actors.facade import Memesh
+from head.facade import Memesh
 from mesh.consolidation import find_groups
 from mesh.errors import Conflict, NotFound, QuotaExceeded, StorageUnavailable
 from mesh.identity import AgentStatus
 from mesh.inbox import AgentInbox
 from mesh.model import CellType, NewCell, normalize
+from mesh.seam import beacon_set_index, inbox_index
 from tests.unit.conftest import ADMIN, Api, assert_error
 from tests.unit.test_propagation import agent, drain, settle, write
 
@@ -53,8 +53,8 @@ async def test_retention_removes_delivery_rows_and_survives_a_restart(make_core:
     for n in range(6):
         await write(core, writer, f"kafka consumer lag alert number {n}", salience=0.9)
     await settle(core)
-    shard = core.directory.inbox_shard(inbox_index(core.directory, listener.agent_id))
-    await shard.call("sweep")
+    shard = core.directory.instances[f"inbox_shard:{inbox_index(core.directory, listener.agent_id)}"]
+    await shard.sweep()
     held = (await drain(core, listener, since=0))["items"]
     assert len(held) == 3 and {i["delivery_seq"] for i in held} == {4, 5, 6}
     assert (await core.health())["deliveries_dropped_unacked"] == 3
@@ -93,9 +93,9 @@ async def test_sessions_are_capped_and_closed_ones_purged(make_core: Callable[..
         await core.memory.open_session(writer, "p")
     await core.memory.close_session(writer, sessions[0].id)
     await core.memory.open_session(writer, "p")  # a closed one frees its slot
-    registry = core.directory.registry()
-    assert await registry.call("sweep", datetime.now(UTC) + timedelta(seconds=1)) == 1
-    assert (await registry.call("health"))["sessions"] == 3
+    registry = core.directory.registry().target  # type: ignore[attr-defined]
+    assert await registry.sweep(datetime.now(UTC) + timedelta(seconds=1)) == 1
+    assert (await registry.health())["sessions"] == 3
     await core.close()
 
 
@@ -255,7 +255,7 @@ async def test_an_audit_row_precedes_the_change_it_records(core: Memesh) -> None
     with pytest.raises(StorageUnavailable):
         await core.identity.apply(ADMIN, issued.agent.id, "revoke")
     registry.apply = real_apply
-    rows = [(r.kind, r.outcome) for r in await core.directory.audit_log().call("rows", 0, 100)]
+    rows = [(r.kind, r.outcome) for r in await core.directory.audit_log().rows(0, 100)]
     assert rows[-2:] == [("AgentRevoked", "ok"), ("AgentRevoked", "failed")]
 
 

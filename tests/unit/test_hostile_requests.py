@@ -19,18 +19,18 @@ import httpx
 import numpy as np
 import pytest
 
-from actors.console_sessions import PendingLogin, PendingLogins, address_owner
-from actors.directory import beacon_set_index
-from actors.embedding import Embedder, HashEngine, Matrix
-from actors.facade import Memesh
-from actors.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from api.admin_gate import SESSION_COOKIE
 from api.app import create_app
+from api.console_sessions import PendingLogin, PendingLogins, address_owner
 from cluster.settings import Settings
+from head.embedding import Embedder, HashEngine, Matrix
+from head.facade import Memesh
+from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.errors import QuotaExceeded, RateLimited
 from mesh.identity import Principal, Role
 from mesh.partition import partition_key, shard_for
 from mesh.ratelimit import BucketPolicy, TokenBuckets
+from mesh.seam import beacon_set_index
 from mesh.vector_index import VectorIndex
 from tests.unit.conftest import ADMIN, Api, assert_error
 from tests.unit.test_admin_gate import CONFIG
@@ -52,7 +52,7 @@ async def test_a_beacon_expiry_is_bounded_and_the_next_start_loads_it(make_core:
     assert placed.status_code == 200, placed.text
     principal = await core.identity.authenticate(key)
     ref = core.directory.beacon_set(beacon_set_index(core.directory, principal.agent_id))
-    (stored,) = await ref.call("list_for", principal.tenant_id, principal.agent_id, datetime.now(UTC))
+    (stored,) = await ref.list_for(principal.tenant_id, principal.agent_id, datetime.now(UTC))
     assert stored.expires_at == datetime(soon, 1, 1, 5, tzinfo=UTC) and stored.expires_at.tzinfo is UTC
     await api.http.aclose()
     await core.close()

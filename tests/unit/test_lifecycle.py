@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import pytest
 
-from actors.facade import Memesh
 from cluster.compose import start_core
+from head.facade import Memesh
 from mesh.errors import ConfigInvalid
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from actors.directory import DirectorySpec, InProcessDirectory
-from actors.facade import Memesh
+from actors.directory import InProcessDirectory
 from actors.observatory import MAX_WAIT_S, Observatory, ObservatoryConfig
-from actors.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
 from api.observatory import parse_since
+from head.facade import Memesh
+from head.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
 from mesh.errors import QuotaExceeded, ValidationFailed
+from mesh.seam import DirectorySpec
 from tests.unit.conftest import Api
 from tests.unit.helpers import EVENT_FIELDS
 from tests.unit.test_propagation import agent, settle, write

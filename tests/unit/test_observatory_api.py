@@ -24,9 +24,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.directory import InProcessDirectory
 from actors.observatory import Observatory, ObservatoryConfig
-from actors.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from api.errors import install_error_handlers
 from api.observatory import router
+from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.identity import Principal, Role
 from tests.unit.test_observatory import EVENT_FIELDS, SPEC, hop
 

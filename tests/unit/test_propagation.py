@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from actors.facade import Memesh
+from head.facade import Memesh
 from mesh.identity import Principal
 from mesh.model import CellType, NewCell
 from tests.unit.conftest import ADMIN, Api, assert_error
@@ -27,7 +27,7 @@ async def write(core: Memesh, who: Principal, content: str, **kw: Any) -> str:
 async def settle(core: Memesh) -> None:
     """Wait until every walk started so far has finished (the walks run in the background)."""
     for i in range(core.directory.spec.scene_shards):
-        await core.directory.scene_shard(i).call("settle", 30.0)
+        await core.directory.scene_shard(i).settle(30.0)
 
 
 async def drain(core: Memesh, who: Principal, **kw: Any) -> dict[str, Any]:
@@ -189,7 +189,7 @@ async def test_patterns_start_no_walk_and_replays_count_no_write_twice(make_core
     assert report.patterns
     await settle(first)
     assert len((await drain(first, listener))["items"]) == 3  # the pattern reached nobody
-    from actors.directory import beacon_set_index
+    from mesh.seam import beacon_set_index
 
     index = beacon_set_index(first.directory, writer.agent_id)
     count = first.directory.beacon_set(index).target.agents[writer.agent_id].count  # type: ignore[attr-defined]
@@ -198,7 +198,7 @@ async def test_patterns_start_no_walk_and_replays_count_no_write_twice(make_core
     await second.health()
     await settle(second)
     assert len((await drain(second, listener))["items"]) == 3
-    await second.directory.beacon_set(index).call("health")
+    await second.directory.beacon_set(index).health()
     assert second.directory.beacon_set(index).target.agents[writer.agent_id].count == count  # type: ignore[attr-defined]
     await second.close()
 

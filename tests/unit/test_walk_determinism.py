@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.directory import Directory, DirectorySpec
-from actors.facade import Memesh
 from actors.propagation import PropagationConfig, Propagator
+from head.facade import Memesh
 from mesh.model import CellType, NewCell, normalize
+from mesh.seam import Directory, DirectorySpec
 from mesh.walk import Candidate, EnergyPolicy, NodeKind, Outcome, WalkState, merge_candidates
 from tests.unit.conftest import ADMIN
 from tests.unit.test_propagation import settle
@@ -106,9 +106,12 @@ class ShufflingDirectory:
         rng = self.rng
 
         class Delayed:
-            async def call(self, method: str, *args: Any) -> Any:
-                await asyncio.sleep(rng.random() * 0.01)
-                return await ref.call(method, *args)
+            def __getattr__(self, method: str) -> Any:
+                async def call(*args: Any) -> Any:
+                    await asyncio.sleep(rng.random() * 0.01)
+                    return await getattr(ref, method)(*args)
+
+                return call
 
         return Delayed()
 

@@ -23,10 +23,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from actors.audit_log import record
-from actors.card_signing import canonical_bytes, document_digest, verify_import_signatures
-from actors.clock import Clock
-from actors.directory import Directory
+from head.audit import record
+from head.card_signing import canonical_bytes, document_digest, verify_import_signatures
 from mesh.audit import AuditKind
 from mesh.descriptor import (
     CardShape,
@@ -41,6 +39,8 @@ from mesh.descriptor import (
 )
 from mesh.errors import Forbidden, MemeshError, NotFound
 from mesh.identity import Agent, Principal, check_can_mutate_agent, check_can_read_agent, require_admin
+from mesh.ids import Clock
+from mesh.seam import Directory
 
 
 class DescriptorService:
@@ -50,7 +50,7 @@ class DescriptorService:
 
     async def get(self, actor: Principal, agent_id: str) -> Descriptor:
         require_admin(actor)
-        agent: Agent = await self._dir.registry().call("get", agent_id)
+        agent: Agent = await self._dir.registry().get(agent_id)
         check_can_read_agent(actor, agent)
         stored = await self._stored(agent_id)
         if stored is None:
@@ -93,7 +93,7 @@ class DescriptorService:
         """The audit row, then the descriptor; a store that fails after the row adds a ``failed`` row."""
         await record(self._dir, actor, kind, agent_id, "ok", detail)
         try:
-            await self._dir.registry().call("put_descriptor", agent_id, json.dumps(stored.to_json(), sort_keys=True))
+            await self._dir.registry().put_descriptor(agent_id, json.dumps(stored.to_json(), sort_keys=True))
         except MemeshError as exc:
             with contextlib.suppress(MemeshError):
                 await record(self._dir, actor, kind, agent_id, "failed", {**detail, "error": str(exc.code)})
@@ -101,7 +101,7 @@ class DescriptorService:
 
     async def _target(self, actor: Principal, agent_id: str, action: str) -> Agent:
         require_admin(actor)
-        agent: Agent = await self._dir.registry().call("get", agent_id)
+        agent: Agent = await self._dir.registry().get(agent_id)
         try:
             check_can_mutate_agent(actor, agent)
         except Forbidden:
@@ -110,5 +110,5 @@ class DescriptorService:
         return agent
 
     async def _stored(self, agent_id: str) -> Descriptor | None:
-        text: str | None = await self._dir.registry().call("get_descriptor", agent_id)
+        text: str | None = await self._dir.registry().get_descriptor(agent_id)
         return Descriptor.from_json(json.loads(text)) if text is not None else None

@@ -39,9 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from actors.audit_log import record
-from actors.clock import Clock, IdSource
-from actors.directory import Directory
+from head.audit import record
 from mesh.audit import AuditKind
 from mesh.errors import Conflict, Forbidden, MemeshError, Unauthorized, ValidationFailed
 from mesh.identity import (
@@ -61,6 +59,8 @@ from mesh.identity import (
     require_service_admin,
     transition,
 )
+from mesh.ids import Clock, IdSource
+from mesh.seam import Directory
 
 log = logging.getLogger(__name__)
 NEGATIVE_CACHE = 10_000
@@ -132,7 +132,7 @@ class IdentityService:
         if refused is not None and refused > now:
             raise Unauthorized("a valid x-service-key is required")
         epoch = self._epoch
-        principal: Principal | None = await self._dir.registry().call("authenticate", key_hash)
+        principal: Principal | None = await self._dir.registry().authenticate(key_hash)
         if principal is None:
             self._cache.pop(key_hash, None)
             if epoch == self._epoch:
@@ -214,7 +214,7 @@ class IdentityService:
             actor,
             AuditKind.AGENT_ISSUED,
             agent_id,
-            self._dir.registry().call("issue", agent_id, tenant_id, name, parsed, scope, self._clock()),
+            self._dir.registry().issue(agent_id, tenant_id, name, parsed, scope, self._clock()),
         )
         assert plaintext is not None
         if subject is not None:
@@ -223,7 +223,7 @@ class IdentityService:
                 actor,
                 AuditKind.SUBJECT_BOUND,
                 agent.id,
-                self._dir.registry().call("bind_subject", subject, agent.id, self._clock()),
+                self._dir.registry().bind_subject(subject, agent.id, self._clock()),
             )
         return IssuedCredential(agent, plaintext)
 
@@ -241,7 +241,7 @@ class IdentityService:
 
     async def get(self, actor: Principal, agent_id: str) -> Agent:
         require_admin(actor)
-        agent: Agent = await self._dir.registry().call("get", agent_id)
+        agent: Agent = await self._dir.registry().get(agent_id)
         check_can_read_agent(actor, agent)
         return agent
 
@@ -250,7 +250,7 @@ class IdentityService:
         if not 1 <= limit <= 500:
             raise ValidationFailed("limit must be between 1 and 500")
         tenant = None if actor.is_service_admin else actor.tenant_id
-        agents: list[Agent] = await self._dir.registry().call("list_agents", tenant, after, limit + 1)
+        agents: list[Agent] = await self._dir.registry().list_agents(tenant, after, limit + 1)
         return agents[:limit], len(agents) > limit
 
     async def apply(self, actor: Principal, agent_id: str, action: str) -> tuple[Agent, str | None]:
@@ -258,7 +258,7 @@ class IdentityService:
         require_admin(actor)
         if action not in LIFECYCLE_ACTIONS:
             raise ValidationFailed(f"unknown action {action!r}")
-        target: Agent = await self._dir.registry().call("get", agent_id)
+        target: Agent = await self._dir.registry().get(agent_id)
         try:
             check_can_mutate_agent(actor, target)
         except Forbidden:
@@ -271,7 +271,7 @@ class IdentityService:
         await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         self._invalidate(agent_id)
         try:
-            change = self._dir.registry().call("apply", agent_id, action, self._clock())
+            change = self._dir.registry().apply(agent_id, action, self._clock())
             agent, plaintext = await self._after_row(actor, _ACTION_KINDS[action], agent_id, change)
         finally:
             self._invalidate(agent_id)
@@ -285,7 +285,7 @@ class IdentityService:
         if subject == self._bootstrap_subject and not (to_service_admin and actor.is_service_admin):
             await self._audit(actor, AuditKind.AUTHZ_DENIED, subject, "denied", {"action": "bind_subject", "reason": "reserved"})
             raise Forbidden("this subject is reserved for the bootstrap operator")
-        holder: Agent | None = await self._dir.registry().call("resolve_subject", subject)
+        holder: Agent | None = await self._dir.registry().resolve_subject(subject)
         if holder is not None and holder.status is not AgentStatus.REVOKED:
             raise Conflict("the subject is already bound to another agent")
 
@@ -299,7 +299,7 @@ class IdentityService:
         """
         require_admin(actor)
         subject = check_subject(subject)
-        target: Agent = await self._dir.registry().call("get", agent_id)
+        target: Agent = await self._dir.registry().get(agent_id)
         try:
             check_can_mutate_agent(actor, target)
             if Role.SERVICE_ADMIN in target.roles:
@@ -310,7 +310,7 @@ class IdentityService:
         if subject == self._bootstrap_subject:
             await self._check_subject_free(actor, subject, Role.SERVICE_ADMIN in target.roles)
         await self._audit(actor, AuditKind.SUBJECT_BOUND, agent_id, "ok", {"subject": subject})
-        change = self._dir.registry().call("bind_subject", subject, agent_id, self._clock())
+        change = self._dir.registry().bind_subject(subject, agent_id, self._clock())
         agent: Agent = await self._after_row(actor, AuditKind.SUBJECT_BOUND, agent_id, change)
         return agent
 
@@ -324,7 +324,7 @@ class IdentityService:
             subject = check_subject(subject)
         except ValidationFailed:
             return None
-        agent: Agent | None = await self._dir.registry().call("resolve_subject", subject)
+        agent: Agent | None = await self._dir.registry().resolve_subject(subject)
         if agent is None or agent.status is not AgentStatus.ACTIVE:
             return None
         if subject == self._bootstrap_subject and Role.SERVICE_ADMIN not in agent.roles:
@@ -346,7 +346,7 @@ class IdentityService:
                 raise ValueError("a successful login needs the principal it resolved to")
             await self._audit(principal, AuditKind.AUTH_SUCCESS, target, "ok", facts)
             return
-        await self._dir.audit_log().call("append", AuditKind.AUTH_FAILURE.value, target, "", target, "denied", facts)
+        await self._dir.audit_log().append(AuditKind.AUTH_FAILURE.value, target, "", target, "denied", facts)
 
     async def ensure_bootstrap_subject(self, subject: str) -> bool:
         """Bind ``admin.bootstrap_oidc_subject`` to a ServiceAdmin at start-up; True when this call created it.
@@ -355,7 +355,7 @@ class IdentityService:
         writes no row); a new binding writes one SubjectBound row.
         """
         subject = check_subject(subject)
-        agent, created = await self._dir.registry().call("ensure_bootstrap_subject", subject, self._ids.new(), self._clock())
+        agent, created = await self._dir.registry().ensure_bootstrap_subject(subject, self._ids.new(), self._clock())
         if Role.SERVICE_ADMIN not in agent.roles:
             # Bound to a lesser agent before the subject was reserved: serve anyway, but the subject does
             # not log in (principal_for_subject) until that agent is revoked and the next start rebinds it.
@@ -384,12 +384,10 @@ class IdentityService:
     async def verify_audit(self, actor: Principal) -> dict[str, Any]:
         """Recompute the whole audit chain from storage (admins only)."""
         require_admin(actor)
-        result: dict[str, Any] = await self._dir.audit_log().call("verify")
+        result: dict[str, Any] = await self._dir.audit_log().verify()
         return result
 
     async def ensure_bootstrap_admin(self) -> str | None:
         """The bootstrap key's plaintext when this call created the admin, else None."""
-        answer: tuple[Agent, str | None] = await self._dir.registry().call(
-            "ensure_bootstrap_admin", self._ids.new(), self._clock()
-        )
+        answer: tuple[Agent, str | None] = await self._dir.registry().ensure_bootstrap_admin(self._ids.new(), self._clock())
         return answer[1]

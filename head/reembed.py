@@ -23,14 +23,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from actors.audit_log import record
-from actors.clock import Clock, IdSource
-from actors.directory import ActorRef, Directory
-from actors.embedding import Embedder, EmbeddingEngine
+from head.audit import record
+from head.embedding import Embedder, EmbeddingEngine
 from mesh.audit import AuditKind
 from mesh.errors import Conflict, Forbidden, MemeshError, NotFound
 from mesh.identity import Principal, require_admin
+from mesh.ids import Clock, IdSource
 from mesh.model import merge_writer_sums
+from mesh.seam import Directory, Reembedding, beacon_sets, scene_shards
 
 log = logging.getLogger(__name__)
 PAGE = 256
@@ -101,12 +101,8 @@ class ReembedRunner:
         if self._running is not None:
             await asyncio.wait({self._running}, timeout=timeout_s)
 
-    def _owners(self) -> list[ActorRef]:
-        spec = self._dir.spec
-        return [
-            *(self._dir.scene_shard(i) for i in range(spec.scene_shards)),
-            *(self._dir.beacon_set(i) for i in range(spec.beacon_sets)),
-        ]
+    def _owners(self) -> list[Reembedding]:
+        return [*scene_shards(self._dir), *beacon_sets(self._dir)]
 
     def _update(self, job_id: str, **changes: object) -> None:
         self._jobs[job_id] = replace(self._jobs[job_id], **changes)  # type: ignore[arg-type]
@@ -116,7 +112,7 @@ class ReembedRunner:
         embedder = self._embedder if same else Embedder(engine)
         owners = self._owners()
         try:
-            total = sum(await asyncio.gather(*(o.call("reembed_count") for o in owners)))
+            total = sum(await asyncio.gather(*(o.reembed_count() for o in owners)))
             self._update(job_id, nodes_total=total)
             for owner in owners:
                 await self._stage_all(job_id, owner, embedder)
@@ -128,7 +124,7 @@ class ReembedRunner:
         except (MemeshError, OSError, RuntimeError, ValueError):
             log.exception("reembed %s failed", job_id)
             status = "failed"
-            await asyncio.gather(*(o.call("discard_staged") for o in owners), return_exceptions=True)
+            await asyncio.gather(*(o.discard_staged() for o in owners), return_exceptions=True)
         finally:
             if not same:
                 embedder.close()
@@ -138,14 +134,14 @@ class ReembedRunner:
         except MemeshError:
             log.error("the audit row of reembed %s could not be written", job_id)
 
-    async def _stage_all(self, job_id: str, owner: ActorRef, embedder: Embedder) -> None:
+    async def _stage_all(self, job_id: str, owner: Reembedding, embedder: Embedder) -> None:
         after: str | None = None
         while True:
-            page: list[tuple[str, str]] = await owner.call("reembed_page", after, PAGE)
+            page: list[tuple[str, str]] = await owner.reembed_page(after, PAGE)
             if not page:
                 return
             vectors = await embedder.embed_background([text for _, text in page])  # live queries go first
-            await owner.call("stage", [(node_id, vectors[i]) for i, (node_id, _) in enumerate(page)])
+            await owner.stage([(node_id, vectors[i]) for i, (node_id, _) in enumerate(page)])
             job = self._jobs[job_id]
             self._update(
                 job_id,
@@ -158,18 +154,17 @@ class ReembedRunner:
         """Two phases over every owner: persist the new vectors everywhere, then switch memory
         everywhere. A failure in the first phase rewrites the old vectors everywhere (the corpus
         stays on one engine) and fails the job."""
-        spec = self._dir.spec
-        shards = [self._dir.scene_shard(i) for i in range(spec.scene_shards)]
-        sets = [self._dir.beacon_set(i) for i in range(spec.beacon_sets)]
+        shards, sets = scene_shards(self._dir), beacon_sets(self._dir)
         try:
-            writers = merge_writer_sums(await asyncio.gather(*(shard.call("persist_staged", engine.name) for shard in shards)))
-            await asyncio.gather(*(beacons.call("persist_staged", engine.name, writers) for beacons in sets))
+            writers = merge_writer_sums(await asyncio.gather(*(shard.persist_staged(engine.name) for shard in shards)))
+            await asyncio.gather(*(beacons.persist_staged(engine.name, writers) for beacons in sets))
         except BaseException:
-            await asyncio.gather(*(owner.call("revert_staged") for owner in [*shards, *sets]), return_exceptions=True)
+            owners: list[Reembedding] = [*shards, *sets]
+            await asyncio.gather(*(owner.revert_staged() for owner in owners), return_exceptions=True)
             raise
         await asyncio.gather(
-            *(shard.call("apply_staged", engine.name) for shard in shards),
-            *(beacons.call("apply_staged", engine.name, writers) for beacons in sets),
+            *(shard.apply_staged(engine.name) for shard in shards),
+            *(beacons.apply_staged(engine.name, writers) for beacons in sets),
         )
         if engine.name != self._embedder.name:
             self._embedder.swap(engine)

@@ -24,15 +24,15 @@ from datetime import datetime
 
 import numpy as np
 
-from actors.clock import Clock, IdSource
-from actors.directory import Directory
-from actors.embedding import Embedder
-from actors.usage import UsageLedger
+from head.embedding import Embedder
+from head.usage import UsageLedger
 from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
 from mesh.identity import Principal, require_writer
+from mesh.ids import Clock, IdSource
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.partition import partition_key, shard_for, stored_bytes
 from mesh.query import NodeFilter, rerank_for_recall
+from mesh.seam import Directory
 from mesh.tuning import RecallTuning
 
 log = logging.getLogger(__name__)
@@ -125,12 +125,10 @@ class MemoryService:
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(i)
         explicit = {shard: [cells[i] for i in idx if cells[i].scene_id] for shard, idx in by_shard.items()}
         if len(by_shard) > 1 and any(explicit.values()):  # every shard says yes before any shard writes
-            await asyncio.gather(
-                *(self._dir.scene_shard(shard).call("check_write", named) for shard, named in explicit.items() if named)
-            )
+            await asyncio.gather(*(self._dir.scene_shard(shard).check_write(named) for shard, named in explicit.items() if named))
         results = await asyncio.gather(
             *(
-                self._dir.scene_shard(shard).call("write", [cells[i] for i in idx], self._ids.many(len(idx)))
+                self._dir.scene_shard(shard).write([cells[i] for i in idx], self._ids.many(len(idx)))
                 for shard, idx in by_shard.items()
             )
         )
@@ -220,7 +218,7 @@ class MemoryService:
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         try:
-            await self._dir.scene_shard(shard).call("touch", ids, now)
+            await self._dir.scene_shard(shard).touch(ids, now)
         except MemeshError:
             log.warning("recording access times failed", exc_info=True)
 
@@ -241,10 +239,7 @@ class MemoryService:
             allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
             flt = replace(flt, project_ids=frozenset(allowed))
         parts = await asyncio.gather(
-            *(
-                self._dir.scene_shard(i).call("search", principal.tenant_id, vector, k, flt)
-                for i in range(self._dir.spec.scene_shards)
-            )
+            *(self._dir.scene_shard(i).search(principal.tenant_id, vector, k, flt) for i in range(self._dir.spec.scene_shards))
         )
         merged = [hit for part in parts for hit in part]
         merged.sort(key=lambda h: (-h[1], h[0].id))
@@ -264,17 +259,17 @@ class MemoryService:
             project_id=project_id,
             opened_at=self._clock(),
         )
-        result: Session = await self._dir.registry().call("open_session", session)
+        result: Session = await self._dir.registry().open_session(session)
         return result
 
     async def close_session(self, principal: Principal, session_id: str) -> None:
         """Closing is idempotent; another agent's session is a 404 like a missing one."""
         require_writer(principal)
         await self._session(principal, session_id)
-        await self._dir.registry().call("close_session", session_id, self._clock())
+        await self._dir.registry().close_session(session_id, self._clock())
 
     async def _session(self, principal: Principal, session_id: str) -> Session:
-        session: Session = await self._dir.registry().call("get_session", session_id)
+        session: Session = await self._dir.registry().get_session(session_id)
         if session.tenant_id != principal.tenant_id or session.agent_id != principal.agent_id:
             raise NotFound("session not found")
         return session
@@ -296,8 +291,8 @@ class MemoryService:
                 return [], False
         parts = await asyncio.gather(
             *(
-                self._dir.scene_shard(i).call(
-                    "list_scenes", principal.tenant_id, project_id, after, limit + 1, principal.read_scope or None
+                self._dir.scene_shard(i).list_scenes(
+                    principal.tenant_id, project_id, after, limit + 1, principal.read_scope or None
                 )
                 for i in range(self._dir.spec.scene_shards)
             )
@@ -309,8 +304,8 @@ class MemoryService:
         require_writer(principal)
         shard, _ = await self._find_scene(principal, scene_id)
         async with self._embedder.gate.shared():  # a Pattern's vector is made of its members': never across a switch
-            scene, patterns, superseded = await self._dir.scene_shard(shard).call(
-                "consolidate", principal.tenant_id, scene_id, principal.agent_id, self._clock()
+            scene, patterns, superseded = await self._dir.scene_shard(shard).consolidate(
+                principal.tenant_id, scene_id, principal.agent_id, self._clock()
             )
         return ConsolidationReport(scene=scene, patterns=patterns, superseded=[c.id for c in superseded])
 
@@ -326,7 +321,7 @@ class MemoryService:
         candidates = [home] if home is not None else list(range(self._dir.spec.scene_shards))
         for shard in candidates:
             try:
-                scene: Scene = await self._dir.scene_shard(shard).call("get_scene", principal.tenant_id, scene_id)
+                scene: Scene = await self._dir.scene_shard(shard).get_scene(principal.tenant_id, scene_id)
             except NotFound:
                 continue
             self._remember_scene(principal.tenant_id, scene_id, shard)

@@ -34,15 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
-from actors.audit_log import record
-from actors.clock import Clock, IdSource
-from actors.directory import ActorRef, Directory
-from actors.embedding import SwitchGate
-from actors.erasure_signing import ErasureSigner
+from head.audit import record
+from head.embedding import SwitchGate
+from head.erasure_signing import ErasureSigner
 from mesh.audit import AuditKind
 from mesh.erasure import (
     DeleteReason,
@@ -57,7 +55,9 @@ from mesh.erasure import (
 )
 from mesh.errors import Forbidden, MemeshError, NotFound, Unavailable
 from mesh.identity import Agent, Principal, require_admin
+from mesh.ids import Clock, IdSource
 from mesh.model import WriterSums, merge_writer_sums
+from mesh.seam import Directory, beacon_sets, inbox_shards, scene_shards
 
 log = logging.getLogger(__name__)
 RETRY_MAX_S = 30.0
@@ -72,7 +72,7 @@ class ErasureCertificate:
 
 @dataclass(frozen=True, slots=True)
 class _Node:
-    owner: ActorRef
+    delete: Callable[[str], Awaitable[bool]]  # the owner's delete_cell or delete_beacon
     tenant_id: str
     is_cell: bool  # else a beacon
 
@@ -110,7 +110,7 @@ class DataService:
         if self._signer is None:
             return
         (public,) = self._signer.jwks()["keys"]
-        self._published = await self._dir.registry().call("remember_erasure_key", public)
+        self._published = await self._dir.registry().remember_erasure_key(public)
 
     @property
     def public_keys(self) -> dict[str, Any]:
@@ -130,20 +130,20 @@ class DataService:
         detail = {"reason": reason.value, "tenant_id": node.tenant_id, "node_kind": "cell" if node.is_cell else "beacon"}
         await record(self._dir, actor, AuditKind.NODE_DELETED, node_id, "ok", detail)
         async with self._gate.shared():
-            await node.owner.call("delete_cell" if node.is_cell else "delete_beacon", node_id)
+            await node.delete(node_id)
 
     async def _locate(self, node_id: str) -> _Node:
         """The owner holding ``node_id`` (a cell or a beacon) and its tenant; NotFound when none does."""
-        spec = self._dir.spec
-        shards = [self._dir.scene_shard(i) for i in range(spec.scene_shards)]
-        sets = [self._dir.beacon_set(i) for i in range(spec.beacon_sets)]
-        answers = await asyncio.gather(*(s.call("locate", node_id) for s in shards), *(b.call("locate", node_id) for b in sets))
-        for n, answer in enumerate(answers):
-            if answer is None:
-                continue
-            if n < len(shards):
-                return _Node(shards[n], answer[0], is_cell=True)
-            return _Node(sets[n - len(shards)], answer, is_cell=False)
+        shards, sets = scene_shards(self._dir), beacon_sets(self._dir)
+        cells, beacons = await asyncio.gather(
+            asyncio.gather(*(s.locate(node_id) for s in shards)), asyncio.gather(*(b.locate(node_id) for b in sets))
+        )
+        for shard, cell in zip(shards, cells, strict=True):
+            if cell is not None:
+                return _Node(shard.delete_cell, cell[0], is_cell=True)
+        for beacon_set, tenant_id in zip(sets, beacons, strict=True):
+            if tenant_id is not None:
+                return _Node(beacon_set.delete_beacon, tenant_id, is_cell=False)
         raise NotFound("node not found")
 
     async def _authorize_tenant(self, actor: Principal, tenant_id: str, target: str, action: str) -> None:
@@ -207,7 +207,7 @@ class DataService:
         if self._unclaimed.get(entry.key) is entry:
             del self._unclaimed[entry.key]
         try:
-            await self._dir.audit_log().call("journal_answered", entry.erase_id)
+            await self._dir.audit_log().journal_answered(entry.erase_id)
         except MemeshError:
             log.warning("could not record that erase %s was answered", entry.erase_id, exc_info=True)
         return _certificate(entry)
@@ -224,13 +224,13 @@ class DataService:
                 counts=counts,
                 created_at=self._clock().isoformat().replace("+00:00", "Z"),
             )
-            await self._dir.audit_log().call("journal_open", entry)  # the intent is durable before anything goes
+            await self._dir.audit_log().journal_open(entry)  # the intent is durable before anything goes
         return await self._carry_out(entry)
 
     async def resume(self) -> int:
         """Carry every pending erase of the journal to its end (in the background) and keep the
         certificates no caller received; returns how many erases were resumed. Run at start."""
-        entries: list[JournalEntry] = await self._dir.audit_log().call("journal_unfinished")
+        entries: list[JournalEntry] = await self._dir.audit_log().journal_unfinished()
         resumed = 0
         for entry in entries:
             if entry.state == "done":
@@ -273,12 +273,12 @@ class DataService:
             "outcome": "ok",
             "detail": {"erase_id": entry.erase_id, **entry.counts.as_dict()},
         }
-        await self._dir.audit_log().call("journal_finish", entry.erase_id, certificate, row)
+        await self._dir.audit_log().journal_finish(entry.erase_id, certificate, row)
         return replace(entry, state="done", certificate=certificate)
 
     async def _resolve(self, actor: Principal, scope: EraseScope) -> _Target:
         if scope.kind is ScopeKind.AGENT:
-            agent: Agent = await self._dir.registry().call("get", scope.id)
+            agent: Agent = await self._dir.registry().get(scope.id)
             selector = Selector(agent.tenant_id, agent_id=agent.id)
             return _Target(agent.tenant_id, selector, agent_id=agent.id, sessions=True)
         if scope.kind is ScopeKind.PROJECT:
@@ -296,24 +296,24 @@ class DataService:
         selector = target.selector
         if selector.cell_ids or selector.project_id or selector.agent_id:
             answers = await asyncio.gather(
-                *(self._dir.scene_shard(i).call("erase_plan", selector, quiesce) for i in range(spec.scene_shards))
+                *(self._dir.scene_shard(i).erase_plan(selector, quiesce) for i in range(spec.scene_shards))
             )
             shards = dict(enumerate(answers))
         session_scope = (target.tenant_id, selector.project_id, target.agent_id) if target.sessions else None
         plan = ErasePlan(shards, target.beacon_ids, target.agent_id, session_scope)
         diff_ids, writers = plan.diff_ids, plan.writers
         deliveries = await asyncio.gather(
-            *(self._dir.inbox_shard(i).call("erase_count", diff_ids, target.agent_id) for i in range(spec.inbox_shards))
+            *(self._dir.inbox_shard(i).erase_count(diff_ids, target.agent_id) for i in range(spec.inbox_shards))
         )
         beacon_counts = await asyncio.gather(
             *(
-                self._dir.beacon_set(i).call("erase_count", target.agent_id, list(target.beacon_ids), writers)
+                self._dir.beacon_set(i).erase_count(target.agent_id, list(target.beacon_ids), writers)
                 for i in range(spec.beacon_sets)
             )
         )
         sessions = 0
         if session_scope is not None:
-            sessions = await self._dir.registry().call("erase_sessions", *session_scope, True)
+            sessions = await self._dir.registry().erase_sessions(*session_scope, True)
         owners = len(shards) + spec.inbox_shards + spec.beacon_sets + (session_scope is not None) + bool(diff_ids)
         counts = EraseCounts(
             nodes_removed=sum(p.nodes_removed for p in shards.values()) + sum(n for n, _ in beacon_counts),
@@ -328,27 +328,23 @@ class DataService:
     async def _execute(self, entry: JournalEntry) -> None:
         """Every owner removes its part of the plan, by id (each step idempotent)."""
         plan, spec = entry.plan, self._dir.spec
-        await asyncio.gather(
-            *(self._dir.scene_shard(i).call("erase_cells", part) for i, part in plan.shards.items() if part.cell_ids)
-        )
+        await asyncio.gather(*(self._dir.scene_shard(i).erase_cells(part) for i, part in plan.shards.items() if part.cell_ids))
         diff_ids = plan.diff_ids
-        steps = [self._dir.inbox_shard(i).call("erase", diff_ids, plan.agent_id) for i in range(spec.inbox_shards)]
+        steps: list[Coroutine[Any, Any, object]] = [shard.erase(diff_ids, plan.agent_id) for shard in inbox_shards(self._dir)]
         if plan.beacon_ids or plan.agent_id:
-            steps += [
-                self._dir.beacon_set(i).call("erase", plan.agent_id, list(plan.beacon_ids)) for i in range(spec.beacon_sets)
-            ]
+            steps += [beacons.erase(plan.agent_id, list(plan.beacon_ids)) for beacons in beacon_sets(self._dir)]
         if plan.session_scope is not None:
-            steps.append(self._dir.registry().call("erase_sessions", *plan.session_scope, False))
+            steps.append(self._dir.registry().erase_sessions(*plan.session_scope, False))
         if diff_ids:
-            steps.append(self._dir.observatory().call("forget", diff_ids))
+            steps.append(self._dir.observatory().forget(diff_ids))
         await asyncio.gather(*steps)
         writers = [w for w in plan.writers if w != plan.agent_id]
         if writers:
             tenant_id = entry.scope.tenant_id or ""
             parts: list[WriterSums] = await asyncio.gather(
-                *(self._dir.scene_shard(i).call("writer_sums", tenant_id, writers) for i in range(spec.scene_shards))
+                *(self._dir.scene_shard(i).writer_sums(tenant_id, writers) for i in range(spec.scene_shards))
             )
             sums = merge_writer_sums(parts)
             await asyncio.gather(
-                *(self._dir.beacon_set(i).call("set_agent_sums", tenant_id, sums, writers) for i in range(spec.beacon_sets))
+                *(self._dir.beacon_set(i).set_agent_sums(tenant_id, sums, writers) for i in range(spec.beacon_sets))
             )

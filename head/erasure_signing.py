@@ -25,7 +25,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
-from actors.storage import write_private_file
+from head.private_files import write_private_file
 from mesh.errors import ValidationFailed
 
 ALGORITHM = "Ed25519"

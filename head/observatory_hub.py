@@ -32,13 +32,15 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeVar
 
-from actors.directory import Directory
-from actors.observatory import Event, Numbered
 from mesh.errors import MemeshError, QuotaExceeded, TimedOut, Unavailable
+from mesh.observation import Event, Numbered
+from mesh.seam import Directory
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +162,10 @@ class ObservatoryHub:
         self.lagged = 0
         self.replayed = 0
 
-    async def _call(self, method: str, *args: Any, wait_s: float = 0.0) -> Any:
+    async def _ask(self, call: Awaitable[T], wait_s: float = 0.0) -> T:
+        """``call`` to the Observatory, given up (TimedOut) after its own wait plus ``call_timeout_s``."""
         try:
-            return await asyncio.wait_for(self._directory.observatory().call(method, *args), wait_s + self.config.call_timeout_s)
+            return await asyncio.wait_for(call, wait_s + self.config.call_timeout_s)
         except TimeoutError as exc:
             raise TimedOut("the observatory did not answer in time") from exc
 
@@ -189,7 +192,7 @@ class ObservatoryHub:
                 if self._task is not None and self._task.done():
                     self._task = None  # ended on its own (failures): start afresh
                 if self._task is None:
-                    _, top, _ = await self._call("events_after", 0, 0, 0.0)
+                    _, top, _ = await self._ask(self._directory.observatory().events_after(0, 0, 0.0))
                     self._cursor = top
                 sub = Subscription(self, tenant_id, self._cursor, self.config.channel_capacity)
                 self._subs.add(sub)
@@ -225,7 +228,9 @@ class ObservatoryHub:
         """The retained events up to ``sub.start_seq`` received at or after ``since``, oldest first, in pages."""
         cursor, upto = 0, sub.start_seq
         for _ in range(MAX_REPLAY_PAGES):
-            page, through = await self._call("replay_page", cursor, upto, self.config.replay_page, since, sub.tenant_id)
+            page, through = await self._ask(
+                self._directory.observatory().replay_page(cursor, upto, self.config.replay_page, since, sub.tenant_id)
+            )
             if page:
                 self.replayed += len(page)
                 yield [event for _, event in page]
@@ -236,8 +241,7 @@ class ObservatoryHub:
 
     async def snapshot(self, since: float | None, limit: int, tenant_id: str | None) -> list[Event]:
         """The newest ``limit`` retained events received at or after ``since``, newest last."""
-        events: list[Event] = await self._call("snapshot", since, limit, tenant_id)
-        return events
+        return await self._ask(self._directory.observatory().snapshot(since, limit, tenant_id))
 
     async def _poll(self) -> None:
         """The one loop reading the Observatory while any stream is open."""
@@ -245,8 +249,9 @@ class ObservatoryHub:
         config = self.config
         while self._subs:
             try:
-                events, top, evicted_before = await self._call(
-                    "events_after", self._cursor, config.poll_batch, config.poll_wait_s, wait_s=config.poll_wait_s
+                events, top, evicted_before = await self._ask(
+                    self._directory.observatory().events_after(self._cursor, config.poll_batch, config.poll_wait_s),
+                    config.poll_wait_s,
                 )
             except Exception:  # any failure counts; the loop must outlive a restarting actor
                 failures += 1
@@ -287,7 +292,7 @@ class ObservatoryHub:
     async def refresh_stats(self, timeout_s: float) -> None:
         """Fetch the Observatory's counts for /metrics; on failure the last ones stay."""
         try:
-            stats = await asyncio.wait_for(self._directory.observatory().call("stats"), timeout_s)
+            stats = await asyncio.wait_for(self._directory.observatory().stats(), timeout_s)
         except (TimeoutError, MemeshError) as exc:
             log.debug("observatory stats not refreshed: %s", exc)
             return

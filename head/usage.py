@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.directory import Directory
 from mesh.errors import QuotaExceeded
+from mesh.seam import Directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +67,8 @@ class UsageLedger:
             if known is not None and self._monotonic() - known.read_at < self._quotas.refresh_s:
                 return known
             spec = self._dir.spec
-            shards = await asyncio.gather(*(self._dir.scene_shard(i).call("usage", tenant_id) for i in range(spec.scene_shards)))
-            sets = await asyncio.gather(*(self._dir.beacon_set(i).call("usage", tenant_id) for i in range(spec.beacon_sets)))
+            shards = await asyncio.gather(*(self._dir.scene_shard(i).usage(tenant_id) for i in range(spec.scene_shards)))
+            sets = await asyncio.gather(*(self._dir.beacon_set(i).usage(tenant_id) for i in range(spec.beacon_sets)))
             fresh = _Usage(
                 cells=sum(c for c, _ in shards),
                 beacons=sum(b for b, _ in sets),

@@ -20,15 +20,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from actors.clock import Clock, IdSource
-from actors.directory import ActorRef, Directory, beacon_set_index, inbox_index
-from actors.embedding import Embedder
-from actors.inbox_shard import PullResult
-from actors.usage import Reservation, UsageLedger
+from head.embedding import Embedder
+from head.usage import Reservation, UsageLedger
 from mesh.errors import QuotaExceeded, ValidationFailed
 from mesh.identity import Principal
+from mesh.ids import Clock, IdSource
+from mesh.inbox_wire import PullResult
 from mesh.model import Beacon
 from mesh.partition import stored_bytes
+from mesh.seam import Directory, InboxShardActor, beacon_set_index, inbox_index
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class InboxService:
         self._streams: Counter[str] = Counter()  # agent id -> open streams on this head
         self._tenant_streams: Counter[str] = Counter()  # tenant id -> open streams on this head
 
-    def _inbox(self, principal: Principal) -> ActorRef:
+    def _inbox(self, principal: Principal) -> InboxShardActor:
         return self._dir.inbox_shard(inbox_index(self._dir, principal.agent_id))
 
     def expiry(self, now: datetime, expires_at: datetime | None, ttl_s: float | None) -> datetime | None:
@@ -114,13 +114,13 @@ class InboxService:
             expires_at=expires_at,
         )
         ref = self._dir.beacon_set(beacon_set_index(self._dir, principal.agent_id))
-        placed: Beacon = await ref.call("place", beacon, self.limits.max_beacons_per_agent)
+        placed: Beacon = await ref.place(beacon, self.limits.max_beacons_per_agent)
         return placed
 
     async def remove_beacon(self, principal: Principal, beacon_id: str) -> None:
         """Only the owner removes a beacon; anyone else gets NotFound, as for a missing one."""
         ref = self._dir.beacon_set(beacon_set_index(self._dir, principal.agent_id))
-        removed: bool = await ref.call("remove", principal.tenant_id, principal.agent_id, beacon_id)
+        removed: bool = await ref.remove(principal.tenant_id, principal.agent_id, beacon_id)
         if removed:  # a repeated removal gives nothing back
             self._usage.release(Reservation(principal.tenant_id, beacons=1))
 
@@ -130,23 +130,23 @@ class InboxService:
         for name, value in (("since", since), ("ack", ack), ("limit", limit)):
             if value is not None and value < 0:
                 raise ValidationFailed(f"{name} must be at least 0")
-        result: PullResult = await self._inbox(principal).call(
-            "pull", principal.agent_id, since, ack, limit, self.limits.max_batch, principal.read_scope, by_seq
+        result: PullResult = await self._inbox(principal).pull(
+            principal.agent_id, since, ack, limit, self.limits.max_batch, principal.read_scope, by_seq
         )
         return result
 
     async def ack(self, principal: Principal, ack: int) -> int:
         if ack < 0:
             raise ValidationFailed("ack must be at least 0")
-        cursor: int = await self._inbox(principal).call("ack", principal.agent_id, ack)
+        cursor: int = await self._inbox(principal).ack(principal.agent_id, ack)
         return cursor
 
     async def cursor(self, principal: Principal) -> int:
-        cursor: int = await self._inbox(principal).call("cursor", principal.agent_id)
+        cursor: int = await self._inbox(principal).cursor(principal.agent_id)
         return cursor
 
     async def wait(self, principal: Principal, after_seq: int, timeout_s: float) -> int:
-        top: int = await self._inbox(principal).call("wait", principal.agent_id, after_seq, timeout_s)
+        top: int = await self._inbox(principal).wait(principal.agent_id, after_seq, timeout_s)
         return top
 
     @contextmanager

@@ -19,21 +19,22 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from actors.clock import Clock, IdSource, utc_now
-from actors.data_service import DataService
-from actors.descriptor_service import DescriptorService
-from actors.directory import Directory, all_refs
-from actors.embedding import Embedder, EmbeddingEngine
-from actors.erasure_signing import ErasureSigner
-from actors.identity_service import IdentityService
-from actors.inbox_service import InboxLimits, InboxService
-from actors.memory_service import MemoryLimits, MemoryService
-from actors.observatory_hub import ObservatoryHub, ObservatoryHubConfig
-from actors.reembed import ReembedRunner
-from actors.usage import Quotas, UsageLedger
+from head.clock import system_ids, utc_now
+from head.data_service import DataService
+from head.descriptor_service import DescriptorService
+from head.embedding import Embedder, EmbeddingEngine
+from head.erasure_signing import ErasureSigner
+from head.identity_service import IdentityService
+from head.inbox_service import InboxLimits, InboxService
+from head.memory_service import MemoryLimits, MemoryService
+from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
+from head.reembed import ReembedRunner
+from head.usage import Quotas, UsageLedger
 from mesh.errors import MemeshError, Unauthorized, Unavailable
 from mesh.identity import Principal
+from mesh.ids import Clock
 from mesh.ratelimit import BucketPolicy, TokenBuckets
+from mesh.seam import Directory, every_actor
 from mesh.tuning import RecallTuning
 
 
@@ -70,7 +71,7 @@ class Memesh:
         reembed moves the corpus to (default: the serving engine, re-run in place)."""
         self.directory = directory
         self.embedder = embedder
-        ids = IdSource(clock)
+        ids = system_ids(clock)
         self.usage = UsageLedger(directory, quotas, monotonic)
         self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits, self.usage)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
@@ -88,7 +89,7 @@ class Memesh:
         self._health_check: asyncio.Task[dict[str, Any]] | None = None
 
     async def _record_corpus_engine(self, engine: str) -> None:
-        await self.directory.registry().call("set_corpus_engine", engine)
+        await self.directory.registry().set_corpus_engine(engine)
 
     async def principal(self, key: str | None, client: str | None = None) -> Principal:
         """The principal of ``key`` (Unauthorized when none). A refused key charges ``client``'s
@@ -135,7 +136,9 @@ class Memesh:
     async def _check_health(self, timeout_s: float) -> dict[str, Any]:
         spec = self.directory.spec
         try:
-            answers = await asyncio.wait_for(asyncio.gather(*(ref.call("health") for ref in all_refs(self.directory))), timeout_s)
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(actor.health() for actor in every_actor(self.directory))), timeout_s
+            )
         except (TimeoutError, MemeshError) as exc:
             raise Unavailable("an actor did not answer") from exc
         shards = answers[: spec.scene_shards]

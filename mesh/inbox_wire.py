@@ -1,0 +1,117 @@
+"""The inbox item's wire form: the one owner of the JSON a pull page and a stream frame carry.
+
+A ``SeqInboxItem`` (spec section 4, ``/openapi.json``) is
+``{"delivery_seq": n, "diff": {...}, "delivery": {...}}``. A walk renders the
+``diff`` once per walk and the ``delivery`` once per reach (:func:`item_members`);
+the inbox stores those members as text and prefixes the sequence when it
+serves them (:func:`render_item`); a pull body wraps a page (:func:`pull_body`).
+Rendering text once and splicing it keeps a 384-float embedding from being
+parsed and re-encoded on every pull. ``tests/unit/test_inbox_wire.py`` holds
+every function here against the OpenAPI model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from mesh.model import Cell
+from mesh.walk import Reach
+
+
+def rfc3339(ts: datetime) -> str:
+    """``ts`` as RFC 3339 in UTC with a ``Z`` suffix (a naive ``ts`` is taken as UTC)."""
+    aware = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
+    return aware.isoformat().replace("+00:00", "Z")
+
+
+def diff_json(cell: Cell, diff_id: str, energy: float) -> str:
+    """The ``diff`` object of an item, serialised once per walk (embedding floats at 7 significant digits)."""
+    vector = ",".join(f"{x:.7g}" for x in cell.embedding.tolist())
+    head = json.dumps(
+        {
+            "id": diff_id,
+            "cell_id": cell.id,
+            "content": cell.content,
+            "cell_type": cell.cell_type.value,
+            "layer": cell.layer.value,
+            "salience": round(float(cell.salience), 6),
+            "energy": round(energy, 6),
+            "embedding_engine": cell.engine,
+            "provenance": {
+                "tenant_id": cell.tenant_id,
+                "project_id": cell.project_id,
+                "origin_agent": cell.source_agent,
+                "scene_id": cell.scene_id,
+                "session_id": cell.session_id,
+                "created_at": rfc3339(cell.created_at),
+            },
+        },
+        separators=(",", ":"),
+    )
+    return head[:-1] + f',"embedding":[{vector}]}}'
+
+
+def delivery_json(reach: Reach, delivered_at: datetime) -> str:
+    """The ``delivery`` object of an item: why and how far it travelled."""
+    return json.dumps(
+        {
+            "score": round(reach.score, 6),
+            "hops": reach.hops,
+            "energy": round(reach.energy, 6),
+            "delivered_at": rfc3339(delivered_at),
+            "node_id": reach.node_id,
+            "node_kind": reach.kind.value,
+        },
+        separators=(",", ":"),
+    )
+
+
+def item_members(diff: str, delivery: str) -> str:
+    """The stored form of an item: its ``diff`` and ``delivery`` members, without the braces or the sequence."""
+    return f'"diff":{diff},"delivery":{delivery}'
+
+
+def render_item(seq: int, members: str) -> str:
+    """One ``SeqInboxItem`` as JSON text (a pull page's element, a stream's text frame)."""
+    return f'{{"delivery_seq":{seq},{members}}}'
+
+
+@dataclass(frozen=True, slots=True)
+class InboxDelivery:
+    """A delivery a walk makes; ``members`` comes from :func:`item_members`."""
+
+    agent_id: str
+    delivery_id: str
+    diff_id: str
+    project_id: str
+    score: float
+    members: str
+    delivered_at: float = 0.0  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """A page of an inbox, items already rendered by :func:`render_item`."""
+
+    items: tuple[str, ...]  # in page order (score, or sequence for the stream)
+    cursor: int
+    window_high: int
+    has_more: bool
+    max_seq: int  # the largest delivery_seq among the items (0 when none)
+
+    @property
+    def count(self) -> int:
+        return len(self.items)
+
+    @property
+    def items_json(self) -> str:
+        """The items as one JSON array."""
+        return "[" + ",".join(self.items) + "]"
+
+
+def pull_body(page: PullResult) -> str:
+    """The body of a ``POST /v1/inbox:pull`` answer (the ``PullOut`` model)."""
+    more = "true" if page.has_more else "false"
+    return f'{{"items":{page.items_json},"cursor":{page.cursor},"window_high":{page.window_high},"has_more":{more}}}'

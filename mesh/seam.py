@@ -1,0 +1,318 @@
+"""The actor seam: what each actor kind answers, typed, and how callers find one.
+
+The head's use cases and the actors that call each other (a walk, the audit
+helper) see actors only through these Protocols. ``actors`` implements them
+twice, with the same classes: in-process (``actors.directory``) and on Ray
+(``actors.ray_directory``); ``actors.kinds`` makes mypy check that every actor
+class conforms to its Protocol, so a renamed method or a changed argument is a
+type error at every caller. Failures arrive as :class:`mesh.errors.MemeshError`
+on both sides; arguments and results are copied across the seam (as Ray
+pickles them), so a caller never shares an object with an actor.
+
+Every method is idempotent or says what a retry repeats: Ray may re-run a call
+that a restart interrupted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from mesh.audit import AuditRow
+from mesh.erasure import JournalEntry, Selector, ShardErasePlan
+from mesh.identity import Agent, Principal, Role
+from mesh.inbox_wire import InboxDelivery, PullResult
+from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
+from mesh.observation import Event, Numbered
+from mesh.partition import shard_for
+from mesh.query import NodeFilter
+from mesh.walk import Candidate, NeighbourRequest
+
+Neighbours = list[dict[str, list[Candidate]]]
+"""Per request of a ``neighbours_many`` call: origin id -> the nearest candidates."""
+
+
+class Actor(Protocol):
+    """What every actor kind answers."""
+
+    async def health(self) -> dict[str, int]:
+        """Counters for ``/health`` and ``/metrics``; loads the actor's tables if needed."""
+        ...
+
+    async def close(self) -> None:
+        """Drain pending commits so another owner may open the tables."""
+        ...
+
+
+class Reembedding(Protocol):
+    """The staged re-embedding steps a scene shard and a beacon set share."""
+
+    async def reembed_count(self) -> int: ...
+
+    async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]: ...
+
+    async def stage(self, vectors: list[tuple[str, Vector]]) -> None: ...
+
+    async def revert_staged(self) -> None: ...
+
+    async def discard_staged(self) -> None: ...
+
+
+class SceneShardActor(Actor, Reembedding, Protocol):
+    """The cells and scenes of the (tenant, project) pairs that hash to one shard; runs their walks."""
+
+    async def usage(self, tenant_id: str) -> tuple[int, int]: ...
+
+    async def check_write(self, cells: list[Cell]) -> None: ...
+
+    async def write(self, cells: list[Cell], new_scene_ids: list[str]) -> list[Cell]: ...
+
+    async def settle(self, timeout_s: float = 30.0) -> int: ...
+
+    async def neighbours_many(self, requests: list[NeighbourRequest]) -> Neighbours: ...
+
+    async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]: ...
+
+    async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
+
+    async def get_scene(self, tenant_id: str, scene_id: str) -> Scene: ...
+
+    async def list_scenes(
+        self, tenant_id: str, project_id: str | None, after: str | None, limit: int, projects: frozenset[str] | None = None
+    ) -> list[Scene]: ...
+
+    async def consolidate(
+        self, tenant_id: str, scene_id: str, source_agent: str, now: datetime
+    ) -> tuple[Scene, list[Cell], list[Cell]]: ...
+
+    async def locate(self, cell_id: str) -> tuple[str, str] | None: ...
+
+    async def delete_cell(self, cell_id: str) -> bool: ...
+
+    async def erase_plan(self, selector: Selector, quiesce: bool) -> ShardErasePlan: ...
+
+    async def erase_cells(self, plan: ShardErasePlan) -> None: ...
+
+    async def writer_sums(self, tenant_id: str, agent_ids: list[str]) -> WriterSums: ...
+
+    async def persist_staged(self, engine: str) -> WriterSums: ...
+
+    async def apply_staged(self, engine: str) -> None: ...
+
+
+class BeaconSetActor(Actor, Reembedding, Protocol):
+    """The beacons and agent nodes of the agents that hash to one set."""
+
+    async def usage(self, tenant_id: str) -> tuple[int, int]: ...
+
+    async def place(self, beacon: Beacon, max_per_agent: int) -> Beacon: ...
+
+    async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> bool: ...
+
+    async def list_for(self, tenant_id: str, agent_id: str, now: datetime) -> list[Beacon]: ...
+
+    async def neighbours_many(self, requests: list[NeighbourRequest], now: datetime) -> Neighbours: ...
+
+    async def observe_many(self, observations: list[tuple[str, str, Vector]]) -> None: ...
+
+    async def locate(self, beacon_id: str) -> str | None: ...
+
+    async def delete_beacon(self, beacon_id: str) -> bool: ...
+
+    async def erase_count(self, agent_id: str | None, beacon_ids: list[str], writers: list[str]) -> tuple[int, int]: ...
+
+    async def erase(self, agent_id: str | None, beacon_ids: list[str]) -> None: ...
+
+    async def set_agent_sums(self, tenant_id: str, sums: WriterSums, agent_ids: list[str]) -> None: ...
+
+    async def persist_staged(self, engine: str, writers: WriterSums) -> None: ...
+
+    async def apply_staged(self, engine: str, writers: WriterSums) -> None: ...
+
+
+class InboxShardActor(Actor, Protocol):
+    """The inboxes of the agents that hash to one shard (virtual actors by agent id)."""
+
+    async def deliver(self, deliveries: list[InboxDelivery]) -> int: ...
+
+    async def pull(
+        self,
+        agent_id: str,
+        since: int | None,
+        ack: int | None,
+        limit: int | None,
+        max_batch: int,
+        read_scope: frozenset[str],
+        by_seq: bool = False,
+    ) -> PullResult: ...
+
+    async def ack(self, agent_id: str, ack: int) -> int: ...
+
+    async def cursor(self, agent_id: str) -> int: ...
+
+    async def wait(self, agent_id: str, after_seq: int, timeout_s: float) -> int: ...
+
+    async def erase_count(self, diff_ids: list[str], agent_id: str | None) -> int: ...
+
+    async def erase(self, diff_ids: list[str], agent_id: str | None) -> None: ...
+
+
+class RegistryActor(Actor, Protocol):
+    """Agents, credentials, sessions, OIDC subjects, descriptors and the deployment manifest."""
+
+    async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None: ...
+
+    async def set_corpus_engine(self, engine: str) -> None: ...
+
+    async def remember_erasure_key(self, public_jwk: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+    async def authenticate(self, key_hash: str) -> Principal | None: ...
+
+    async def issue(
+        self,
+        agent_id: str,
+        tenant_id: str,
+        display_name: str,
+        roles: frozenset[Role],
+        read_scope: frozenset[str],
+        now: datetime,
+        bootstrap: bool = False,
+    ) -> tuple[Agent, str | None]: ...
+
+    async def ensure_bootstrap_admin(self, agent_id: str, now: datetime) -> tuple[Agent, str | None]: ...
+
+    async def get(self, agent_id: str) -> Agent: ...
+
+    async def list_agents(self, tenant_id: str | None, after: str | None, limit: int) -> list[Agent]: ...
+
+    async def apply(self, agent_id: str, action: str, now: datetime) -> tuple[Agent, str | None]: ...
+
+    async def bind_subject(self, subject: str, agent_id: str, now: datetime) -> Agent: ...
+
+    async def resolve_subject(self, subject: str) -> Agent | None: ...
+
+    async def ensure_bootstrap_subject(self, subject: str, agent_id: str, now: datetime) -> tuple[Agent, bool]: ...
+
+    async def open_session(self, session: Session) -> Session: ...
+
+    async def get_session(self, session_id: str) -> Session: ...
+
+    async def close_session(self, session_id: str, now: datetime) -> Session: ...
+
+    async def get_descriptor(self, agent_id: str) -> str | None: ...
+
+    async def put_descriptor(self, agent_id: str, descriptor_json: str) -> None: ...
+
+    async def erase_sessions(self, tenant_id: str, project_id: str | None, agent_id: str | None, dry_run: bool) -> int: ...
+
+
+class AuditLogActor(Actor, Protocol):
+    """The hash-chained audit rows and the erase journal (one writer for both)."""
+
+    async def append(
+        self,
+        kind: str,
+        actor_agent: str,
+        actor_tenant: str,
+        target: str,
+        outcome: str,
+        detail: dict[str, Any],
+        op_id: str | None = None,
+    ) -> int: ...
+
+    async def verify(self) -> dict[str, Any]: ...
+
+    async def rows(self, after: int, limit: int) -> list[AuditRow]: ...
+
+    async def journal_open(self, entry: JournalEntry) -> None: ...
+
+    async def journal_finish(self, erase_id: str, certificate: dict[str, Any], row: dict[str, Any]) -> None: ...
+
+    async def journal_answered(self, erase_id: str) -> None: ...
+
+    async def journal_unfinished(self) -> list[JournalEntry]: ...
+
+
+class ObservatoryActor(Actor, Protocol):
+    """The bounded ring buffer of hop events."""
+
+    async def record(self, events: list[Event], dropped_before: int = 0) -> None: ...
+
+    async def events_after(self, after_seq: int, limit: int, timeout_s: float) -> tuple[list[Numbered], int, int]: ...
+
+    async def replay_page(
+        self, after_seq: int, upto: int, limit: int, since: float | None, tenant_id: str | None
+    ) -> tuple[list[Numbered], int]: ...
+
+    async def snapshot(self, since: float | None, limit: int, tenant_id: str | None) -> list[Event]: ...
+
+    async def forget(self, diff_ids: list[str]) -> int: ...
+
+    async def stats(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DirectorySpec:
+    """Where a deployment's actors are: its namespace and partition counts (picklable)."""
+
+    namespace: str
+    scene_shards: int
+    beacon_sets: int
+    inbox_shards: int
+
+
+class Directory(Protocol):
+    """Finds actors by role and partition, never by a handle a caller keeps (an actor may restart or move)."""
+
+    spec: DirectorySpec
+
+    def scene_shard(self, index: int) -> SceneShardActor: ...
+
+    def beacon_set(self, index: int) -> BeaconSetActor: ...
+
+    def inbox_shard(self, index: int) -> InboxShardActor: ...
+
+    def registry(self) -> RegistryActor: ...
+
+    def observatory(self) -> ObservatoryActor: ...
+
+    def audit_log(self) -> AuditLogActor: ...
+
+    async def close(self) -> None:
+        """Drain every actor's pending work."""
+        ...
+
+
+def beacon_set_index(directory: Directory, agent_id: str) -> int:
+    """The one mapping from an agent to the BeaconSet holding its beacons and agent node."""
+    return shard_for(agent_id, directory.spec.beacon_sets)
+
+
+def inbox_index(directory: Directory, agent_id: str) -> int:
+    """The one mapping from an agent to the InboxShard holding its inbox."""
+    return shard_for(agent_id, directory.spec.inbox_shards)
+
+
+def scene_shards(directory: Directory) -> list[SceneShardActor]:
+    return [directory.scene_shard(i) for i in range(directory.spec.scene_shards)]
+
+
+def beacon_sets(directory: Directory) -> list[BeaconSetActor]:
+    return [directory.beacon_set(i) for i in range(directory.spec.beacon_sets)]
+
+
+def inbox_shards(directory: Directory) -> list[InboxShardActor]:
+    return [directory.inbox_shard(i) for i in range(directory.spec.inbox_shards)]
+
+
+def every_actor(directory: Directory) -> list[Actor]:
+    """Every actor of the deployment, partitions first."""
+    return [
+        *scene_shards(directory),
+        *beacon_sets(directory),
+        *inbox_shards(directory),
+        directory.registry(),
+        directory.observatory(),
+        directory.audit_log(),
+    ]
