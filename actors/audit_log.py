@@ -28,26 +28,14 @@ from typing import Any
 import pyarrow as pa
 import rfc8785
 
+from actors.chores import LoadOnce
 from actors.erase_journal import EraseJournal
-from actors.storage import LanceStore, LoadOnce, RowTable, StorageConfig
+from actors.schemas import AUDIT_SCHEMA
+from actors.storage import LanceStore, RowTable, StorageConfig
 from mesh.audit import AuditKind, AuditRow, chain, verify
 from mesh.erasure import JournalEntry
+from mesh.times import rfc3339
 
-AUDIT_SCHEMA = pa.schema(
-    [
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("ts", pa.string(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("actor_agent", pa.string(), nullable=False),
-        pa.field("actor_tenant", pa.string(), nullable=False),
-        pa.field("target", pa.string(), nullable=False),
-        pa.field("outcome", pa.string(), nullable=False),
-        pa.field("detail", pa.string(), nullable=False),
-        pa.field("prev_hash", pa.string(), nullable=False),
-        pa.field("hash", pa.string(), nullable=False),
-        pa.field("op_id", pa.string()),  # the caller's operation id (idempotency); not part of the chain
-    ]
-)
 _CHAIN_FIELDS = [f.name for f in fields(AuditRow)]
 REMEMBERED_OPS = 100_000
 
@@ -112,7 +100,7 @@ class AuditLog:
                 return self._ops[op_id]
             row = chain(
                 self._last,
-                datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                rfc3339(datetime.now(UTC)),
                 AuditKind(kind),
                 actor_agent,
                 actor_tenant,

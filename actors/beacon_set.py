@@ -33,19 +33,14 @@ from datetime import UTC, datetime
 import numpy as np
 import numpy.typing as npt
 
-from actors.codecs import (
-    agent_node_schema,
-    agent_nodes_from_arrow,
-    agent_nodes_to_arrow,
-    beacon_schema,
-    beacons_from_arrow,
-    beacons_to_arrow,
-)
-from actors.periodic import Background, Periodic
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
+from actors.chores import Background, LoadOnce, Periodic
+from actors.codecs import agent_nodes_from_arrow, agent_nodes_to_arrow, beacons_from_arrow, beacons_to_arrow
+from actors.group_commit import GroupCommitter
+from actors.schemas import agent_node_schema, beacon_schema
+from actors.storage import KeyedTable, LanceStore, StorageConfig
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
-from mesh.partition import stored_bytes
+from mesh.storage_cost import stored_bytes
 from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
@@ -109,12 +104,11 @@ class BeaconSet:
         self.beacons: dict[str, Beacon] = {}
         self.agents: dict[str, AgentNode] = {}
         self._tenants: dict[str, _TenantNodes] = {}
-        self._beacon_table: RowTable | None = None
-        self._agent_table: RowTable | None = None
+        self._beacon_table: KeyedTable | None = None
+        self._agent_table: KeyedTable | None = None
         self._ready_once = LoadOnce(self._load)
         self._background = Background("agent-node commit")
         self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by apply_staged
-        self._stored: set[str] = set()  # beacon and agent ids with a committed row: later changes are upserts
         self._skipped = 0  # stored rows the last load could not decode
         self._removed: dict[str, tuple[str, str]] = {}  # recently removed beacon -> (tenant, agent)
         self._removed_by_agent: dict[str, deque[str]] = {}
@@ -129,8 +123,8 @@ class BeaconSet:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         prefix = f"beacon_set_{self.config.index}"
-        self._beacon_table = await store.table(f"{prefix}_beacons", beacon_schema(self.config.dims), identity="id")
-        self._agent_table = await store.table(f"{prefix}_agents", agent_node_schema(self.config.dims), identity="id")
+        self._beacon_table = await store.keyed(f"{prefix}_beacons", beacon_schema(self.config.dims), "id", identity="id")
+        self._agent_table = await store.keyed(f"{prefix}_agents", agent_node_schema(self.config.dims), "id", identity="id")
         stale = []
         beacon_rows, agent_rows = await self._beacon_table.load(), await self._agent_table.load()
         beacons, nodes = beacons_from_arrow(beacon_rows), agent_nodes_from_arrow(agent_rows)
@@ -143,7 +137,6 @@ class BeaconSet:
         for node in nodes:
             if node.vector_sum.shape == (self.config.dims,):
                 self._put_agent(node)
-        self._stored = set(self.beacons) | set(self.agents) | set(stale)
         if stale:
             await self._beacon_commit.submit([(b, None) for b in stale])
         self._sweeper.start()
@@ -341,10 +334,9 @@ class BeaconSet:
             self._tenant(node.tenant_id).drop(node.agent_id)
         await self._drained()
         assert self._beacon_table is not None and self._agent_table is not None
-        await self._beacon_table.erase_rows("id", {*beacon_ids, *(b.id for b in doomed)})
+        await self._beacon_table.erase({*beacon_ids, *(b.id for b in doomed)})
         if agent_id is not None:
-            await self._agent_table.erase_rows("id", [agent_id])
-        self._stored -= {b.id for b in doomed} | ({agent_id} if agent_id is not None else set())
+            await self._agent_table.erase([agent_id])
 
     async def set_agent_sums(self, tenant_id: str, sums: WriterSums, agent_ids: list[str]) -> None:
         """Set the agent nodes of ``agent_ids`` held here to ``sums`` (absent: no cells left), recomputed
@@ -362,8 +354,7 @@ class BeaconSet:
             return
         await self._drained()
         assert self._agent_table is not None
-        await self._agent_table.erase_rows("id", [], agent_nodes_to_arrow(changed, self.config.dims))
-        self._stored.update(n.agent_id for n in changed)
+        await self._agent_table.erase([], agent_nodes_to_arrow(changed, self.config.dims))
 
     async def _drained(self) -> None:
         """Every change queued before this call is committed (an erase then rewrites what it left)."""
@@ -398,8 +389,8 @@ class BeaconSet:
     async def _write(self, beacons: list[Beacon], nodes: list[AgentNode]) -> None:
         assert self._beacon_table is not None and self._agent_table is not None
         dims = self.config.dims
-        await self._beacon_table.upsert(beacons_to_arrow((b for b in beacons if b.id in self._stored), dims))
-        await self._agent_table.upsert(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._stored), dims))
+        await self._beacon_table.write(beacons_to_arrow((b for b in beacons if b.id in self._beacon_table), dims))
+        await self._agent_table.write(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._agent_table), dims))
 
     async def persist_staged(self, engine: str, writers: WriterSums) -> None:
         """Phase one of a reembed switch: write the new beacon vectors and agent-node means; memory unchanged."""
@@ -438,19 +429,10 @@ class BeaconSet:
         latest = dict(changes)
         dims = self.config.dims
         puts = {i: b for i, b in latest.items() if b is not None and self.beacons.get(i) is b}
-        gone = [i for i, b in latest.items() if b is None and i in self._stored]
-        await self._beacon_table.append(beacons_to_arrow((b for i, b in puts.items() if i not in self._stored), dims))
-        await self._beacon_table.upsert(beacons_to_arrow((b for i, b in puts.items() if i in self._stored), dims))
-        await self._beacon_table.delete_where_in("id", gone)
-        self._stored.update(puts)
-        self._stored.difference_update(gone)
-        await self._beacon_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._beacon_table.write(beacons_to_arrow(puts.values(), dims))
+        await self._beacon_table.delete([i for i, b in latest.items() if b is None])
 
     async def _flush_agents(self, nodes: list[AgentNode]) -> None:
         assert self._agent_table is not None
         latest = {n.agent_id: n for n in nodes if self.agents.get(n.agent_id) is n}
-        dims = self.config.dims
-        await self._agent_table.append(agent_nodes_to_arrow((n for i, n in latest.items() if i not in self._stored), dims))
-        await self._agent_table.upsert(agent_nodes_to_arrow((n for i, n in latest.items() if i in self._stored), dims))
-        self._stored.update(latest)
-        await self._agent_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._agent_table.write(agent_nodes_to_arrow(latest.values(), self.config.dims))

@@ -19,11 +19,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from actors.schemas import (
+    AGENT_SCHEMA,
+    DELIVERY_SCHEMA,
+    SESSION_SCHEMA,
+    agent_node_schema,
+    beacon_schema,
+    cell_schema,
+    scene_schema,
+)
 from mesh.identity import Agent, AgentStatus, Role
 from mesh.inbox import StoredDelivery
 from mesh.model import AgentNode, Beacon, Cell, CellType, Layer, Scene, Session
 
-_TS = pa.timestamp("us", tz="UTC")
 log = logging.getLogger(__name__)
 R = TypeVar("R")
 D = TypeVar("D")
@@ -66,69 +74,6 @@ def decode_rows(kind: str, rows: Iterable[R], decode: Callable[[R], D]) -> list[
         except (ValueError, TypeError, KeyError, OverflowError, AttributeError) as exc:
             log.warning("skipped an undecodable %s row: %s", kind, exc)
     return out
-
-
-def cell_schema(dims: int) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("tenant_id", pa.string(), nullable=False),
-            pa.field("project_id", pa.string(), nullable=False),
-            pa.field("cell_type", pa.string(), nullable=False),
-            pa.field("content", pa.string(), nullable=False),
-            pa.field("salience", pa.float32(), nullable=False),
-            pa.field("source_agent", pa.string(), nullable=False),
-            pa.field("created_at", _TS, nullable=False),
-            pa.field("last_accessed", _TS, nullable=False),
-            pa.field("layer", pa.string(), nullable=False),
-            pa.field("scene_id", pa.string()),
-            pa.field("session_id", pa.string()),
-            pa.field("superseded_by", pa.string()),
-            pa.field("tombstone", pa.bool_(), nullable=False),
-            pa.field("engine", pa.string(), nullable=False),
-            pa.field("embedding", pa.list_(pa.float32(), dims), nullable=False),
-        ]
-    )
-
-
-def scene_schema(dims: int) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("tenant_id", pa.string(), nullable=False),
-            pa.field("project_id", pa.string(), nullable=False),
-            pa.field("created_at", _TS, nullable=False),
-            pa.field("summary", pa.string(), nullable=False),
-            pa.field("centroid", pa.list_(pa.float32(), dims), nullable=False),
-        ]
-    )
-
-
-AGENT_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("tenant_id", pa.string(), nullable=False),
-        pa.field("display_name", pa.string(), nullable=False),
-        pa.field("roles", pa.list_(pa.string()), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("key_hash", pa.string(), nullable=False),
-        pa.field("read_scope", pa.list_(pa.string()), nullable=False),
-        pa.field("created_at", _TS, nullable=False),
-        pa.field("updated_at", _TS, nullable=False),
-        pa.field("bootstrap", pa.bool_(), nullable=False),
-    ]
-)
-
-SESSION_SCHEMA = pa.schema(
-    [
-        pa.field("id", pa.string(), nullable=False),
-        pa.field("tenant_id", pa.string(), nullable=False),
-        pa.field("agent_id", pa.string(), nullable=False),
-        pa.field("project_id", pa.string(), nullable=False),
-        pa.field("opened_at", _TS, nullable=False),
-        pa.field("closed_at", _TS),
-    ]
-)
 
 
 def _table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -299,22 +244,6 @@ def sessions_from_arrow(table: pa.Table) -> list[Session]:
     return decode_rows("session", _plain_rows(table), decode)
 
 
-def beacon_schema(dims: int) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("tenant_id", pa.string(), nullable=False),
-            pa.field("agent_id", pa.string(), nullable=False),
-            pa.field("interest", pa.string(), nullable=False),
-            pa.field("engine", pa.string(), nullable=False),
-            pa.field("created_at", _TS, nullable=False),
-            pa.field("expires_at", _TS),
-            pa.field("removed", pa.bool_(), nullable=False),
-            pa.field("embedding", pa.list_(pa.float32(), dims), nullable=False),
-        ]
-    )
-
-
 def beacons_to_arrow(beacons: Iterable[Beacon], dims: int) -> pa.Table:
     beacons = list(beacons)
     schema = beacon_schema(dims)
@@ -349,17 +278,6 @@ def beacons_from_arrow(table: pa.Table) -> list[Beacon]:
     return decode_rows("beacon", enumerate(_plain_rows(table.drop_columns(["embedding"]))), decode)
 
 
-def agent_node_schema(dims: int) -> pa.Schema:
-    return pa.schema(
-        [
-            pa.field("id", pa.string(), nullable=False),
-            pa.field("tenant_id", pa.string(), nullable=False),
-            pa.field("count", pa.int64(), nullable=False),
-            pa.field("vector_sum", pa.list_(pa.float64(), dims), nullable=False),
-        ]
-    )
-
-
 def agent_nodes_to_arrow(nodes: Iterable[AgentNode], dims: int) -> pa.Table:
     rows = [{"id": n.agent_id, "tenant_id": n.tenant_id, "count": n.count, "vector_sum": n.vector_sum.tolist()} for n in nodes]
     return _table(rows, agent_node_schema(dims))
@@ -377,24 +295,6 @@ def agent_nodes_from_arrow(table: pa.Table) -> list[AgentNode]:
         return AgentNode(agent_id=r["id"], tenant_id=r["tenant_id"], vector_sum=sums[i].copy(), count=max(0, int(r["count"])))
 
     return decode_rows("agent_node", enumerate(_plain_rows(table.drop_columns(["vector_sum"]))), decode)
-
-
-DELIVERY_SCHEMA = pa.schema(
-    [
-        pa.field("agent_id", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("delivery_id", pa.string(), nullable=False),
-        pa.field("diff_id", pa.string(), nullable=False),
-        pa.field("project_id", pa.string(), nullable=False),
-        pa.field("score", pa.float64(), nullable=False),
-        pa.field("item_json", pa.string(), nullable=False),
-        pa.field("delivered_at", _TS),  # added after 0.1: null in older rows (retention then counts them as old)
-    ]
-)
-
-CURSOR_SCHEMA = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("cursor", pa.int64(), nullable=False)])
-
-PROPAGATED_SCHEMA = pa.schema([pa.field("cell_id", pa.string(), nullable=False)])
 
 
 def deliveries_to_arrow(rows: Iterable[tuple[str, StoredDelivery]]) -> pa.Table:

@@ -14,47 +14,29 @@ here too. Errors are raised as the actor raised them (Ray re-raises a copy of a
 from __future__ import annotations
 
 import pickle
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
-from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD, ActorKind
-from mesh.seam import (
-    AuditLogActor,
-    BeaconSetActor,
-    DirectorySpec,
-    InboxShardActor,
-    ObservatoryActor,
-    RegistryActor,
-    SceneShardActor,
-    every_actor,
-)
+from actors.kinds import ActorKind, ActorProxy, TypedDirectory
+from mesh.seam import DirectorySpec, every_actor
 
 
 def _copied(value: Any) -> Any:
     return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-class LocalActor:
-    """An actor object behind its kind's methods, called in this process with copied arguments and result."""
+class LocalActor(ActorProxy):
+    """An actor object called in this process, with copied arguments and result."""
 
     def __init__(self, target: object, kind: ActorKind[Any], name: str) -> None:
+        super().__init__(kind, name)
         self.target = target
-        self.kind = kind
-        self.name = name
 
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
-        if method not in self.kind.methods:
-            raise AttributeError(f"{self.name} answers no {method!r}")
-        bound = getattr(self.target, method)
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            args, kwargs = _copied((args, kwargs))
-            return _copied(await bound(*args, **kwargs))
-
-        return call
+    async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        args, kwargs = _copied((args, kwargs))
+        return _copied(await getattr(self.target, method)(*args, **kwargs))
 
 
-class InProcessDirectory:
+class InProcessDirectory(TypedDirectory):
     """``actors`` maps an actor name (``scene_shard:0``, ``registry``, ...) to its instance."""
 
     def __init__(self, spec: DirectorySpec, actors: dict[str, object]) -> None:
@@ -65,27 +47,9 @@ class InProcessDirectory:
             if attach is not None:
                 attach(self)
 
-    def _local(self, kind: ActorKind[Any], index: int | None = None) -> Any:
+    def proxy(self, kind: ActorKind[Any], index: int | None = None) -> LocalActor:
         name = kind.actor_name(index)
         return LocalActor(self.instances[name], kind, name)
-
-    def scene_shard(self, index: int) -> SceneShardActor:
-        return cast(SceneShardActor, self._local(SCENE_SHARD, index))
-
-    def beacon_set(self, index: int) -> BeaconSetActor:
-        return cast(BeaconSetActor, self._local(BEACON_SET, index))
-
-    def inbox_shard(self, index: int) -> InboxShardActor:
-        return cast(InboxShardActor, self._local(INBOX_SHARD, index))
-
-    def registry(self) -> RegistryActor:
-        return cast(RegistryActor, self._local(REGISTRY))
-
-    def observatory(self) -> ObservatoryActor:
-        return cast(ObservatoryActor, self._local(OBSERVATORY))
-
-    def audit_log(self) -> AuditLogActor:
-        return cast(AuditLogActor, self._local(AUDIT_LOG))
 
     async def close(self) -> None:
         """Drain every actor's pending work (its tables may then be opened by another owner)."""

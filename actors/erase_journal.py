@@ -21,25 +21,10 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
-from actors.storage import LanceStore, RowTable
+from actors.schemas import JOURNAL_SCHEMA
+from actors.storage import KeyedTable, LanceStore
 from mesh.erasure import EraseCounts, ErasePlan, EraseScope, JournalEntry, ScopeKind
 
-JOURNAL_SCHEMA = pa.schema(
-    [
-        pa.field("erase_id", pa.string(), nullable=False),
-        pa.field("scope_kind", pa.string(), nullable=False),
-        pa.field("scope_id", pa.string(), nullable=False),
-        pa.field("tenant_id", pa.string(), nullable=False),
-        pa.field("actor_agent", pa.string(), nullable=False),
-        pa.field("actor_tenant", pa.string(), nullable=False),
-        pa.field("plan", pa.string(), nullable=False),  # JSON of the ErasePlan ("{}" once done)
-        pa.field("counts", pa.string(), nullable=False),  # JSON of the EraseCounts
-        pa.field("created_at", pa.string(), nullable=False),
-        pa.field("state", pa.string(), nullable=False),
-        pa.field("certificate", pa.string()),  # JSON {"counts", "digest", "erase_id", ...} once done
-        pa.field("answered", pa.bool_(), nullable=False),
-    ]
-)
 KEEP_DONE_S = 30 * 24 * 3600.0
 
 
@@ -81,11 +66,11 @@ class EraseJournal:
     """The journal rows in memory and in their table (one writer: the AuditLog actor)."""
 
     def __init__(self) -> None:
-        self._table: RowTable | None = None
+        self._table: KeyedTable | None = None
         self._entries: dict[str, JournalEntry] = {}
 
     async def load(self, store: LanceStore) -> None:
-        self._table = await store.table("erase_journal", JOURNAL_SCHEMA)
+        self._table = await store.keyed("erase_journal", JOURNAL_SCHEMA, "erase_id")
         for row in (await self._table.load()).to_pylist():
             entry = _entry(row)
             self._entries[entry.erase_id] = entry
@@ -93,7 +78,7 @@ class EraseJournal:
 
     async def _put(self, entry: JournalEntry) -> None:
         assert self._table is not None
-        await self._table.upsert(pa.Table.from_pylist([_row(entry)], schema=JOURNAL_SCHEMA), key="erase_id")
+        await self._table.write(pa.Table.from_pylist([_row(entry)], schema=JOURNAL_SCHEMA))
         self._entries[entry.erase_id] = entry
 
     async def open(self, entry: JournalEntry) -> None:
@@ -123,6 +108,6 @@ class EraseJournal:
             if e.state == "done" and e.answered and datetime.fromisoformat(e.created_at.replace("Z", "+00:00")) < horizon
         ]
         if old:
-            await self._table.delete_where_in("erase_id", old)
+            await self._table.delete(old)
             for erase_id in old:
                 del self._entries[erase_id]

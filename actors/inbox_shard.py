@@ -28,9 +28,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from actors.codecs import CURSOR_SCHEMA, DELIVERY_SCHEMA, deliveries_from_arrow, deliveries_to_arrow
-from actors.periodic import Background, Periodic
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
+from actors.chores import Background, LoadOnce, Periodic
+from actors.codecs import deliveries_from_arrow, deliveries_to_arrow
+from actors.group_commit import GroupCommitter
+from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
+from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, StoredDelivery
 from mesh.inbox_wire import InboxDelivery, PullResult, render_item
 
@@ -61,7 +63,7 @@ class InboxShard:
         self._durable_cursors: dict[str, int] = {}
         self._signals: dict[str, asyncio.Event] = {}
         self._deliveries: RowTable | None = None
-        self._cursors: RowTable | None = None
+        self._cursors: KeyedTable | None = None
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
         self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096)
@@ -80,7 +82,7 @@ class InboxShard:
         store = await LanceStore.open(self.config.storage)
         prefix = f"inbox_shard_{self.config.index}"
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA, identity="delivery_id")
-        self._cursors = await store.table(f"{prefix}_cursors", CURSOR_SCHEMA)
+        self._cursors = await store.keyed(f"{prefix}_cursors", CURSOR_SCHEMA, "id")
         rows = await self._deliveries.load()
         decoded = deliveries_from_arrow(rows)
         self._skipped = rows.num_rows - len(decoded)
@@ -241,8 +243,8 @@ class InboxShard:
         await self._deliveries.erase_rows("diff_id", wanted)
         if agent_id is not None:
             await self._deliveries.erase_rows("agent_id", [agent_id])
-            await self._cursors.delete_where_in("id", [agent_id])
-            await self._cursors.purge()
+            await self._cursors.delete([agent_id])
+            await self._cursors.rows.purge()
 
     async def close(self) -> None:
         await self._sweeper.stop()
@@ -279,11 +281,10 @@ class InboxShard:
             return
         try:
             rows = [{"id": agent, "cursor": cursor} for agent, cursor in dirty.items()]
-            await self._cursors.upsert(pa.Table.from_pylist(rows, schema=CURSOR_SCHEMA))
+            await self._cursors.write(pa.Table.from_pylist(rows, schema=CURSOR_SCHEMA))
         except Exception:
             for agent, cursor in dirty.items():  # retried with the next batch
                 self._dirty_cursors.setdefault(agent, cursor)
             raise
         for agent, cursor in dirty.items():
             self._durable_cursors[agent] = max(cursor, self._durable_cursors.get(agent, 0))
-        await self._cursors.optimize_if_due(self.config.storage.optimize_every)

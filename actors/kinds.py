@@ -8,8 +8,9 @@ so the Protocol is the whole seam: no method name travels as a string.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from actors.audit_log import AuditLog
 from actors.beacon_set import BeaconSet
@@ -63,3 +64,52 @@ def _conforming(
     audit_log: AuditLog,
 ) -> tuple[SceneShardActor, BeaconSetActor, InboxShardActor, RegistryActor, ObservatoryActor, AuditLogActor]:
     return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log
+
+
+class ActorProxy:
+    """An actor behind its kind's methods only: ``proxy.write(...)`` is ``invoke("write", ...)``.
+
+    The one place a method name is looked up at run time, checked against the
+    kind's Protocol first; callers are typed by that Protocol.
+    """
+
+    def __init__(self, kind: ActorKind[Any], name: str) -> None:
+        self.kind = kind
+        self.name = name
+
+    async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
+        if method not in self.kind.methods:
+            raise AttributeError(f"{self.name} answers no {method!r}")
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return await self.invoke(method, args, kwargs)
+
+        return call
+
+
+class TypedDirectory:
+    """The typed accessors of :class:`mesh.seam.Directory` over one lookup, ``proxy(kind, index)``."""
+
+    def proxy(self, kind: ActorKind[Any], index: int | None = None) -> ActorProxy:
+        raise NotImplementedError
+
+    def scene_shard(self, index: int) -> SceneShardActor:
+        return cast(SceneShardActor, self.proxy(SCENE_SHARD, index))
+
+    def beacon_set(self, index: int) -> BeaconSetActor:
+        return cast(BeaconSetActor, self.proxy(BEACON_SET, index))
+
+    def inbox_shard(self, index: int) -> InboxShardActor:
+        return cast(InboxShardActor, self.proxy(INBOX_SHARD, index))
+
+    def registry(self) -> RegistryActor:
+        return cast(RegistryActor, self.proxy(REGISTRY))
+
+    def observatory(self) -> ObservatoryActor:
+        return cast(ObservatoryActor, self.proxy(OBSERVATORY))
+
+    def audit_log(self) -> AuditLogActor:
+        return cast(AuditLogActor, self.proxy(AUDIT_LOG))

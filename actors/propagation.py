@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from actors.periodic import Background
-from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members, rfc3339
+from actors.chores import Background
+from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members
 from mesh.model import Cell, Vector
 from mesh.seam import Directory, beacon_set_index, inbox_index
+from mesh.times import rfc3339
 from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")

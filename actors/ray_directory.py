@@ -15,25 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
-from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD, ActorKind
+from actors.kinds import ActorKind, ActorProxy, TypedDirectory
 from mesh.errors import ConfigInvalid, InternalError, MemeshError, TimedOut, Unavailable
-from mesh.seam import (
-    AuditLogActor,
-    BeaconSetActor,
-    DirectorySpec,
-    InboxShardActor,
-    ObservatoryActor,
-    RegistryActor,
-    SceneShardActor,
-    every_actor,
-)
+from mesh.seam import DirectorySpec, every_actor
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -43,36 +33,28 @@ _ACTOR_OPTIONS: dict[str, Any] = {
 }
 
 
-class RayActor:
-    """A named Ray actor behind its kind's methods; Ray failures become the memesh error vocabulary."""
+class RayActor(ActorProxy):
+    """A named Ray actor; Ray failures become the memesh error vocabulary."""
 
     def __init__(self, handle: Any, kind: ActorKind[Any], name: str) -> None:
+        super().__init__(kind, name)
         self.handle = handle
-        self.kind = kind
-        self.name = name
 
-    def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
-        if method not in self.kind.methods:
-            raise AttributeError(f"{self.name} answers no {method!r}")
-        remote = getattr(self.handle, method).remote
-
-        async def call(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return await remote(*args, **kwargs)
-            except RayTaskError as exc:
-                cause = exc.cause
-                if isinstance(cause, MemeshError):
-                    raise cause from None
-                raise InternalError(f"{self.name}.{method} failed") from exc
-            except GetTimeoutError as exc:
-                raise TimedOut(f"{self.name} did not answer in time") from exc
-            except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
-                raise Unavailable(f"{self.name} is unavailable") from exc
-
-        return call
+    async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await getattr(self.handle, method).remote(*args, **kwargs)
+        except RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, MemeshError):
+                raise cause from None
+            raise InternalError(f"{self.name}.{method} failed") from exc
+        except GetTimeoutError as exc:
+            raise TimedOut(f"{self.name} did not answer in time") from exc
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise Unavailable(f"{self.name} is unavailable") from exc
 
 
-class RayDirectory:
+class RayDirectory(TypedDirectory):
     """Actors of one deployment (one Ray namespace) on the connected Ray cluster.
 
     Built with ``plan`` (name -> (class, args)) it creates the actors, or
@@ -96,7 +78,7 @@ class RayDirectory:
             options: Any = ray.remote(cls).options(name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS)
             self._handles[name] = options.remote(*args)
 
-    def _actor(self, kind: ActorKind[Any], index: int | None = None) -> Any:
+    def proxy(self, kind: ActorKind[Any], index: int | None = None) -> RayActor:
         name = kind.actor_name(index)
         handle = self._handles.get(name)
         if handle is None:
@@ -105,24 +87,6 @@ class RayDirectory:
             except ValueError as exc:
                 raise Unavailable(f"{name} is not running") from exc
         return RayActor(handle, kind, name)
-
-    def scene_shard(self, index: int) -> SceneShardActor:
-        return cast(SceneShardActor, self._actor(SCENE_SHARD, index))
-
-    def beacon_set(self, index: int) -> BeaconSetActor:
-        return cast(BeaconSetActor, self._actor(BEACON_SET, index))
-
-    def inbox_shard(self, index: int) -> InboxShardActor:
-        return cast(InboxShardActor, self._actor(INBOX_SHARD, index))
-
-    def registry(self) -> RegistryActor:
-        return cast(RegistryActor, self._actor(REGISTRY))
-
-    def observatory(self) -> ObservatoryActor:
-        return cast(ObservatoryActor, self._actor(OBSERVATORY))
-
-    def audit_log(self) -> AuditLogActor:
-        return cast(AuditLogActor, self._actor(AUDIT_LOG))
 
     async def close(self) -> None:
         actors = every_actor(self)

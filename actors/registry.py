@@ -18,7 +18,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from dataclasses import dataclass, replace
@@ -27,31 +26,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from actors.codecs import (
-    AGENT_SCHEMA,
-    SESSION_SCHEMA,
-    agents_from_arrow,
-    agents_to_arrow,
-    sessions_from_arrow,
-    sessions_to_arrow,
-)
-from actors.periodic import Periodic
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
-from mesh.errors import ConfigInvalid, Conflict, NotFound, QuotaExceeded
+from actors.chores import LoadOnce, Periodic
+from actors.codecs import agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
+from actors.group_commit import GroupCommitter
+from actors.manifest import DeploymentManifest
+from actors.schemas import AGENT_SCHEMA, DESCRIPTOR_SCHEMA, MANIFEST_SCHEMA, SESSION_SCHEMA, SUBJECT_SCHEMA
+from actors.storage import KeyedTable, LanceStore, StorageConfig
+from mesh.errors import Conflict, NotFound, QuotaExceeded
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
 from mesh.model import Session
-
-DESCRIPTOR_SCHEMA = pa.schema(
-    [pa.field("agent_id", pa.string(), nullable=False), pa.field("descriptor", pa.string(), nullable=False)]
-)
-MANIFEST_SCHEMA = pa.schema([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.string(), nullable=False)])
-SUBJECT_SCHEMA = pa.schema(
-    [
-        pa.field("subject", pa.string(), nullable=False),
-        pa.field("agent_id", pa.string(), nullable=False),
-        pa.field("bound_at", pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +65,17 @@ class Registry:
         self._agents: dict[str, Agent] = {}
         self._by_hash: dict[str, str] = {}
         self._sessions: dict[str, Session] = {}
-        self._agent_table: RowTable | None = None
-        self._session_table: RowTable | None = None
-        self._manifest_table: RowTable | None = None
-        self._descriptor_table: RowTable | None = None
+        self._agent_table: KeyedTable | None = None
+        self._session_table: KeyedTable | None = None
+        self._manifest: DeploymentManifest | None = None
+        self._descriptor_table: KeyedTable | None = None
         self._descriptors: dict[str, str] = {}  # agent id -> descriptor JSON (inert metadata, never used for auth)
-        self._stored_agents: set[str] = set()  # ids with a committed row: later changes are upserts
-        self._stored_sessions: set[str] = set()
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
         self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, window, 256)
         self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, window, 256)
         self._subjects: dict[str, SubjectBinding] = {}  # federated subjects (see that section)
-        self._subject_table: RowTable | None = None
-        self._stored_subjects: set[str] = set()
+        self._subject_table: KeyedTable | None = None
         self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, window, 256)
         self._open_sessions: dict[str, int] = {}  # agent id -> open sessions
         self._skipped = 0  # stored rows the last load could not decode
@@ -106,9 +86,9 @@ class Registry:
 
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
-        self._agent_table = await store.table("registry_agents", AGENT_SCHEMA)
-        self._session_table = await store.table("registry_sessions", SESSION_SCHEMA, identity="id")
-        self._manifest_table = await store.table("deployment_manifest", MANIFEST_SCHEMA)
+        self._agent_table = await store.keyed("registry_agents", AGENT_SCHEMA, "id")
+        self._session_table = await store.keyed("registry_sessions", SESSION_SCHEMA, "id", identity="id")
+        self._manifest = DeploymentManifest(await store.keyed("deployment_manifest", MANIFEST_SCHEMA, "key"))
         await self._load_subjects(store)
         await self._load_descriptors(store)
         agent_rows, session_rows = await self._agent_table.load(), await self._session_table.load()
@@ -120,8 +100,6 @@ class Registry:
             self._sessions[session.id] = session
             if session.open:
                 self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
-        self._stored_agents = set(self._agents)
-        self._stored_sessions = set(self._sessions)
         self._sweeper.start()
 
     def _put(self, agent: Agent) -> None:
@@ -137,51 +115,20 @@ class Registry:
             await committer.flush()
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None:
-        """Record the deployment's shape with the data on first start; refuse a different one later.
-
-        Kept in the storage every node reaches (not on one head's disk), so a
-        head started elsewhere with another shard count or width is refused.
-        The embedding engine may differ at equal ``dims``: the answer is then
-        the engine the stored corpus was made with (serve with it, and reembed
-        to move to the configured one); None when they agree.
-        """
+        """Record the deployment's shape on first start; refuse a different one later (``DeploymentManifest.claim``)."""
         await self._ready()
-        assert self._manifest_table is not None
-        stored = {r["key"]: json.loads(r["value"]) for r in (await self._manifest_table.read_all()).to_pylist()}
-        if not stored:
-            rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(wanted.items())]
-            await self._manifest_table.append(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA))
-            return None
-        engine = stored.get("embedding_engine")
-        if "dims" in stored and wanted.get("dims") != stored["dims"]:
-            raise ConfigInvalid(
-                f"embedding_engine {wanted.get('embedding_engine')!r} makes {wanted.get('dims')} dims "
-                f"but this data was written with {engine!r} ({stored['dims']} dims)"
-            )
-        for key, value in wanted.items():
-            if key != "embedding_engine" and key in stored and stored[key] != value:
-                raise ConfigInvalid(f"{key} is {value!r} but this data was written with {stored[key]!r}")
-        return None if engine in (None, wanted.get("embedding_engine")) else str(engine)
+        assert self._manifest is not None
+        return await self._manifest.claim(wanted)
 
     async def set_corpus_engine(self, engine: str) -> None:
-        """Record that every stored vector is now made by ``engine`` (a reembed's switch)."""
         await self._ready()
-        assert self._manifest_table is not None
-        row = pa.Table.from_pylist([{"key": "embedding_engine", "value": json.dumps(engine)}], schema=MANIFEST_SCHEMA)
-        await self._manifest_table.upsert(row, key="key")
+        assert self._manifest is not None
+        await self._manifest.set_corpus_engine(engine)
 
     async def remember_erasure_key(self, public_jwk: dict[str, Any]) -> list[dict[str, Any]]:
-        """Add a head's erasure-receipt public key to the deployment's list (kept with the data, once per
-        ``kid``) and return every key the deployment ever signed with, so old receipts keep verifying."""
         await self._ready()
-        assert self._manifest_table is not None
-        stored = {r["key"]: json.loads(r["value"]) for r in (await self._manifest_table.read_all()).to_pylist()}
-        keys: list[dict[str, Any]] = list(stored.get("erasure_keys", []))
-        if all(k.get("kid") != public_jwk.get("kid") for k in keys):
-            keys.append(public_jwk)
-            row = pa.Table.from_pylist([{"key": "erasure_keys", "value": json.dumps(keys)}], schema=MANIFEST_SCHEMA)
-            await self._manifest_table.upsert(row, key="key")
-        return keys
+        assert self._manifest is not None
+        return await self._manifest.remember_erasure_key(public_jwk)
 
     async def health(self) -> dict[str, int]:
         await self._ready()
@@ -275,23 +222,15 @@ class Registry:
         await self._agent_commit.submit([updated])
         return updated, plaintext
 
-    async def set_read_scope(self, agent_id: str, projects: frozenset[str], now: datetime) -> Agent:
-        agent = await self.get(agent_id)
-        updated = replace(agent, read_scope=projects, updated_at=now)
-        self._put(updated)
-        await self._agent_commit.submit([updated])
-        return updated
-
     # ------------------------------------------------------- federated subjects
     # OIDC subject -> agent id, for the operator console's login (docs/console.md).
     # A subject names at most one agent; an agent may have several subjects.
     async def _load_subjects(self, store: LanceStore) -> None:
-        self._subject_table = await store.table("registry_subjects", SUBJECT_SCHEMA)
+        self._subject_table = await store.keyed("registry_subjects", SUBJECT_SCHEMA, "subject")
         for row in (await self._subject_table.load()).to_pylist():
             at: datetime = row["bound_at"]
             at = at if at.tzinfo else at.replace(tzinfo=UTC)
             self._subjects[row["subject"]] = SubjectBinding(row["subject"], row["agent_id"], at)
-        self._stored_subjects = set(self._subjects)
 
     async def bind_subject(self, subject: str, agent_id: str, now: datetime) -> Agent:
         """Bind ``subject`` to ``agent_id``; answers once the binding is committed.
@@ -349,13 +288,7 @@ class Registry:
 
     async def _flush_subjects(self, bindings: list[SubjectBinding]) -> None:
         assert self._subject_table is not None
-        latest = {b.subject: b for b in bindings}
-        new = [b for s, b in latest.items() if s not in self._stored_subjects]
-        changed = [b for s, b in latest.items() if s in self._stored_subjects]
-        await self._subject_table.append(_subjects_to_arrow(new))
-        await self._subject_table.upsert(_subjects_to_arrow(changed), key="subject")
-        self._stored_subjects.update(latest)
-        await self._subject_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._subject_table.write(_subjects_to_arrow(list({b.subject: b for b in bindings}.values())))
 
     # ------------------------------------------------------------------ sessions
     async def open_session(self, session: Session) -> Session:
@@ -399,14 +332,12 @@ class Registry:
             del self._sessions[session_id]
         await self._session_commit.flush()
         assert self._session_table is not None
-        await self._session_table.delete_where_in("id", old)
-        self._stored_sessions -= set(old)
-        await self._session_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._session_table.delete(old)
         return len(old)
 
     # -------------------------------------------------------------- descriptors
     async def _load_descriptors(self, store: LanceStore) -> None:
-        self._descriptor_table = await store.table("registry_descriptors", DESCRIPTOR_SCHEMA)
+        self._descriptor_table = await store.keyed("registry_descriptors", DESCRIPTOR_SCHEMA, "agent_id")
         for row in (await self._descriptor_table.load()).to_pylist():
             self._descriptors[row["agent_id"]] = row["descriptor"]
 
@@ -420,7 +351,7 @@ class Registry:
         await self.get(agent_id)
         assert self._descriptor_table is not None
         row = pa.Table.from_pylist([{"agent_id": agent_id, "descriptor": descriptor_json}], schema=DESCRIPTOR_SCHEMA)
-        await self._descriptor_table.upsert(row, key="agent_id")
+        await self._descriptor_table.write(row)
         self._descriptors[agent_id] = descriptor_json
 
     # ----------------------------------------------------------- data lifecycle
@@ -442,23 +373,13 @@ class Registry:
                 self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
         await self._session_commit.flush()
         assert self._session_table is not None
-        await self._session_table.erase_rows("id", doomed)  # idempotent: a repeat rewrites nothing it still finds
-        self._stored_sessions -= set(doomed)
+        await self._session_table.erase(doomed)  # idempotent: a repeat rewrites nothing it still finds
         return len(doomed)
 
     async def _flush_agents(self, agents: list[Agent]) -> None:
-        """New agents are appended; changed ones upserted (a merge over the whole table costs far more)."""
         assert self._agent_table is not None
-        latest = {a.id: a for a in agents}
-        await self._agent_table.append(agents_to_arrow(a for i, a in latest.items() if i not in self._stored_agents))
-        await self._agent_table.upsert(agents_to_arrow(a for i, a in latest.items() if i in self._stored_agents))
-        self._stored_agents.update(latest)
-        await self._agent_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._agent_table.write(agents_to_arrow({a.id: a for a in agents}.values()))
 
     async def _flush_sessions(self, sessions: list[Session]) -> None:
         assert self._session_table is not None
-        latest = {s.id: s for s in sessions}
-        await self._session_table.append(sessions_to_arrow(s for i, s in latest.items() if i not in self._stored_sessions))
-        await self._session_table.upsert(sessions_to_arrow(s for i, s in latest.items() if i in self._stored_sessions))
-        self._stored_sessions.update(latest)
-        await self._session_table.optimize_if_due(self.config.storage.optimize_every)
+        await self._session_table.write(sessions_to_arrow({s.id: s for s in sessions}.values()))

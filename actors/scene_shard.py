@@ -25,25 +25,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import numpy as np
-import pyarrow as pa
 
-from actors.codecs import (
-    PROPAGATED_SCHEMA,
-    cell_schema,
-    cells_from_arrow,
-    cells_to_arrow,
-    scene_schema,
-    scenes_from_arrow,
-    scenes_to_arrow,
-)
+from actors.chores import Background, LoadOnce
+from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, scenes_to_arrow
+from actors.group_commit import GroupCommitter
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
-from actors.storage import GroupCommitter, LanceStore, LoadOnce, RowTable, StorageConfig
+from actors.schemas import PROPAGATED_SCHEMA, cell_schema, scene_schema
+from actors.storage import KeyedTable, LanceStore, StorageConfig
+from actors.walk_queue import WalkQueue
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
 from mesh.ids import IdSource
@@ -63,63 +57,47 @@ class ShardConfig:
     index: int
     dims: int
     tuning: SceneTuning
-    commit_max_rows: int = 1024
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
 
 
-@dataclass(slots=True)
-class _Change:
-    kind: str  # "cell" | "scene"
-    new: bool
-    record: Cell | Scene
+Record = Cell | Scene
 
 
 class SceneShard:
-    """Also the home of the walks its writes start (see ``actors.propagation``).
-
-    A committed cell's walk runs in the background; its completion is recorded
-    in ``scene_shard_<n>_propagated``, and a restarted shard replays the walks
-    of cells without that record (deliveries are idempotent by id).
-    """
+    """Also the home of the walks its writes start (``actors.walk_queue``, ``actors.propagation``)."""
 
     def __init__(self, config: ShardConfig, lookup: Callable[[], Directory] | None = None) -> None:
         self.config = config
         self._lookup = lookup
         self._directory: Directory | None = None
-        self._walk_queue: deque[Cell] = deque()
-        self._replayed: set[str] = set()
-        self._walker: asyncio.Task[None] | None = None
-        self._walking: frozenset[str] = frozenset()  # the cells of the batch being walked now
-        self._walk_turn = asyncio.Condition()
-        self._doomed: set[str] = set()  # planned for erasure: no walk starts for them
-        self._propagator = Propagator(config.propagation, self._dir) if config.propagation else None
-        self._walked: set[str] = set()
-        self._walked_table: RowTable | None = None
+        self._background = Background("scene shard commit")
+        self._walks = WalkQueue(
+            Propagator(config.propagation, self._dir) if config.propagation else None,
+            config.walk_batch,
+            lambda: self.partition,
+            self._background,
+            config.storage.optimize_every,
+        )
         self.partition = MemoryPartition(config.dims, config.tuning)
-        self._cells: RowTable | None = None
-        self._scenes: RowTable | None = None
-        self._persisted: set[str] = set()
+        self._cells: KeyedTable | None = None
+        self._scenes: KeyedTable | None = None
         self._skipped = 0  # stored rows the last load could not decode
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
-        self._commit: GroupCommitter[_Change] = GroupCommitter(self._flush, window, config.commit_max_rows)
-        self._background: set[asyncio.Task[None]] = set()
+        self._commit: GroupCommitter[Record] = GroupCommitter(self._flush, window, config.storage.commit_max_rows)
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
-        self._walked_commit: GroupCommitter[str] = GroupCommitter(self._flush_walked, 0.05, 1024)
         # Access times: a long window, so their upserts stay off the write path.
-        self._touch_commit: GroupCommitter[_Change] = GroupCommitter(self._flush, 1.0, 100_000)
+        self._touch_commit: GroupCommitter[Record] = GroupCommitter(self._flush, 1.0, 100_000)
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
         await self.settle(30.0)
-        if self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
-        if self._propagator is not None:
-            await self._propagator.close()
-        for committer in (self._commit, self._touch_commit, self._walked_commit):
+        await self._background.drain()
+        await self._walks.close()
+        for committer in (self._commit, self._touch_commit):
             await committer.flush()
 
     def attach(self, directory: Directory) -> None:
@@ -140,20 +118,14 @@ class SceneShard:
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
         prefix = f"scene_shard_{self.config.index}"
-        self._cells = await store.table(f"{prefix}_cells", cell_schema(self.config.dims), identity="id")
-        self._scenes = await store.table(f"{prefix}_scenes", scene_schema(self.config.dims), identity="id")
+        self._cells = await store.keyed(f"{prefix}_cells", cell_schema(self.config.dims), "id", identity="id")
+        self._scenes = await store.keyed(f"{prefix}_scenes", scene_schema(self.config.dims), "id", identity="id")
         scene_rows, cell_rows = await self._scenes.load(), await self._cells.load()
         scenes = scenes_from_arrow(scene_rows, self.config.dims)
         cells = [c for c in cells_from_arrow(cell_rows) if c.embedding.shape == (self.config.dims,)]
         self._skipped = scene_rows.num_rows - len(scenes) + cell_rows.num_rows - len(cells)
         self.partition.load(scenes, cells)
-        self._persisted = {s.id for s in scenes} | {c.id for c in cells}
-        self._walked_table = await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA)
-        self._walked = set((await self._walked_table.load()).column("cell_id").to_pylist())
-        if self._propagator is not None:
-            pending = [c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live]
-            self._replayed.update(c.id for c in pending)  # their agent nodes were already moved before the crash
-            self._enqueue_walks(pending)
+        await self._walks.load(await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA), cells)
         log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
 
     async def health(self) -> dict[str, int]:
@@ -161,7 +133,7 @@ class SceneShard:
         return {
             "cells": len(partition.cells),
             "scenes": len(partition.scenes),
-            "walk_backlog": len(self._walk_queue),
+            "walk_backlog": self._walks.backlog,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
         }
@@ -180,18 +152,17 @@ class SceneShard:
     async def write(self, cells: list[Cell], new_scene_ids: list[str]) -> list[Cell]:
         partition = await self._ready()
         outcome = partition.write(cells, new_scene_ids)
-        changes = [_Change("scene", True, s) for s in outcome.founded]
-        changes += [_Change("cell", True, c) for c in outcome.created]
         # A retried write whose first attempt is still committing waits for that commit too.
+        assert self._cells is not None
         created = {c.id for c in outcome.created}
-        changes += [_Change("cell", False, c) for c in outcome.cells if c.id not in self._persisted and c.id not in created]
+        changes: list[Record] = [*outcome.founded, *outcome.created]
+        changes += [c for c in outcome.cells if c.id not in self._cells and c.id not in created]
         try:
             await self._commit.submit(changes)
         except Exception:
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
-        if self._propagator is not None:
-            self._enqueue_walks(outcome.created)
+        self._walks.enqueue(outcome.created)
         return outcome.cells
 
     async def settle(self, timeout_s: float = 30.0) -> int:
@@ -199,75 +170,7 @@ class SceneShard:
 
         For tests, benchmarks and orderly shutdown; bounded by ``timeout_s``.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        pending = len(self._walk_queue)
-        while loop.time() < deadline:
-            walker = self._walker
-            if not self._walk_queue and (walker is None or walker.done()) and not any(not t.done() for t in self._background):
-                break
-            await asyncio.sleep(0.005)
-        return pending
-
-    def _enqueue_walks(self, cells: list[Cell]) -> None:
-        cells = [c for c in cells if c.id not in self._doomed]
-        if not cells:
-            return
-        self._walk_queue.extend(cells)
-        if self._walker is None or self._walker.done():
-            self._walker = asyncio.get_running_loop().create_task(self._walk_loop())
-
-    async def _quiesce(self, cell_ids: frozenset[str]) -> None:
-        """No walk of ``cell_ids`` is queued or running when this returns (they start none again)."""
-        self._doomed |= cell_ids
-        self._walk_queue = deque(c for c in self._walk_queue if c.id not in cell_ids)
-        async with self._walk_turn:
-            await self._walk_turn.wait_for(lambda: not (self._walking & cell_ids))
-
-    async def _walk_loop(self) -> None:
-        """Drain the walk queue in batches; a failed batch is retried, then left for the next restart's replay."""
-        assert self._propagator is not None
-        while self._walk_queue:
-            batch = [self._walk_queue.popleft() for _ in range(min(len(self._walk_queue), self.config.walk_batch))]
-            self._walking = frozenset(c.id for c in batch)
-            try:
-                await self._walk_batch(batch)
-            finally:
-                async with self._walk_turn:
-                    self._walking = frozenset()
-                    self._walk_turn.notify_all()
-
-    async def _walk_batch(self, batch: list[Cell]) -> None:
-        assert self._propagator is not None
-        jobs = []
-        for cell in batch:
-            scene = self.partition.scenes.get(cell.scene_id or "")
-            jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
-        replay = [job for job in jobs if job[0].id in self._replayed]
-        fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
-        for attempt in range(3):
-            try:
-                now = datetime.now(UTC)
-                if fresh_jobs:
-                    await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
-                if replay:
-                    await self._propagator.propagate_many(replay, now, observe=False)
-                break
-            except Exception:  # an owner restarting: retry, then leave it to the replay at restart
-                log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
-                await asyncio.sleep(0.2 * (attempt + 1))
-        else:
-            return
-        fresh = [cell.id for cell in batch if cell.id not in self._walked and cell.id in self.partition.cells]
-        self._walked.update(fresh)
-        if fresh:
-            self._spawn(self._walked_commit.submit(fresh))
-
-    async def _flush_walked(self, cell_ids: list[str]) -> None:
-        assert self._walked_table is not None
-        present = [c for c in cell_ids if c in self.partition.cells]
-        await self._walked_table.append(pa.Table.from_pylist([{"cell_id": c} for c in present], schema=PROPAGATED_SCHEMA))
-        await self._walked_table.optimize_if_due(self.config.storage.optimize_every)
+        return await self._walks.settle(timeout_s)
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
         """``neighbours`` for many walks at once: one matrix product per tenant."""
@@ -303,9 +206,10 @@ class SceneShard:
         touched = partition.touch(cell_ids, now)
         # A cell whose first append is still pending carries its new access time in that append;
         # only committed rows are upserted here (an upsert of a pending row would store it twice).
-        committed = [c for c in touched if c.id in self._persisted]
+        assert self._cells is not None
+        committed: list[Record] = [c for c in touched if c.id in self._cells]
         if committed and not self._switching:  # during a reembed switch a row must not get its old vector back
-            self._spawn(self._touch_commit.submit([_Change("cell", False, c) for c in committed]))
+            self._background.spawn(self._touch_commit.submit(committed))
 
     async def get_scene(self, tenant_id: str, scene_id: str) -> Scene:
         partition = await self._ready()
@@ -337,19 +241,14 @@ class SceneShard:
         outcome = partition.consolidate(
             tenant_id, scene_id, self._ids.new, source_agent, now, [[pool[i].id for i in g] for g in groups]
         )
-        changes = [_Change("cell", True, p) for p in outcome.patterns]
-        changes += [_Change("cell", False, c) for c in outcome.superseded]
-        changes.append(_Change("scene", False, outcome.scene))
+        changes: list[Record] = [*outcome.patterns, *outcome.superseded, outcome.scene]
         try:
             await self._commit.submit(changes)
         except Exception:
             partition.revert_consolidation(outcome)
             raise
         # A Pattern abstracts cells whose diffs already propagated: it starts no walk of its own.
-        pattern_ids = [p.id for p in outcome.patterns]
-        self._walked.update(pattern_ids)
-        if pattern_ids:
-            self._spawn(self._walked_commit.submit(pattern_ids))
+        self._walks.mark_walked([p.id for p in outcome.patterns])
         return outcome.scene, outcome.patterns, outcome.superseded
 
     # --------------------------------------------------------- delete and erase
@@ -365,10 +264,10 @@ class SceneShard:
         cell = partition.tombstone(cell_id)
         if cell is None:
             return False
-        changes = [_Change("cell", False, cell)]
+        changes: list[Record] = [cell]
         scene = partition.scenes.get(cell.scene_id or "")
         if scene is not None:
-            changes.append(_Change("scene", False, scene))
+            changes.append(scene)
         await self._commit.submit(changes)
         return True
 
@@ -384,7 +283,7 @@ class SceneShard:
         cells = partition.with_abstractions(partition.select(selector))
         chosen = frozenset(c.id for c in cells)
         if quiesce and chosen:
-            await self._quiesce(chosen)
+            await self._walks.quiesce(chosen)
             cells = partition.with_abstractions(partition.select(selector))  # as they are once the walks stopped
             chosen = frozenset(c.id for c in cells)
         effect = partition.erase_effect(chosen)
@@ -415,25 +314,19 @@ class SceneShard:
         """
         partition = await self._ready()
         ids = frozenset(plan.cell_ids)
-        await self._quiesce(ids)
+        await self._walks.quiesce(ids)
         partition.erase(ids)
         for cell_id in ids:
             self._staged.pop(cell_id, None)
-        for committer in (self._commit, self._touch_commit, self._walked_commit):
+        for committer in (self._commit, self._touch_commit, self._walks):
             await committer.flush()  # what was queued lands first; nothing of these cells is written after
-        assert self._cells is not None and self._scenes is not None and self._walked_table is not None
+        assert self._cells is not None and self._scenes is not None
         dims = self.config.dims
         revived = [partition.cells[c] for c in plan.revive_ids if c in partition.cells]
-        await self._cells.erase_rows("id", ids, cells_to_arrow(revived, dims))
+        await self._cells.erase(ids, cells_to_arrow(revived, dims))
         kept = [partition.fresh(partition.scenes[s]) for s in plan.scene_ids if s in partition.scenes]
-        await self._scenes.erase_rows("id", [s for s in plan.scene_ids if s not in partition.scenes], scenes_to_arrow(kept, dims))
-        await self._walked_table.delete_where_in("cell_id", ids)
-        await self._walked_table.purge()
-        self._walked -= ids
-        self._persisted -= ids | {s for s in plan.scene_ids if s not in partition.scenes}
-        self._persisted.update(c.id for c in revived)
-        self._persisted.update(s.id for s in kept)
-        self._doomed -= ids
+        await self._scenes.erase([s for s in plan.scene_ids if s not in partition.scenes], scenes_to_arrow(kept, dims))
+        await self._walks.forget(ids)
 
     async def writer_sums(self, tenant_id: str, agent_ids: list[str]) -> WriterSums:
         """Per agent of ``agent_ids``: the sum and count of the vectors of the cells it wrote here
@@ -470,9 +363,9 @@ class SceneShard:
 
     async def _write_cells(self, cells: list[Cell]) -> None:
         assert self._cells is not None
-        persisted = [c for c in cells if c.id in self._persisted]
+        persisted = [c for c in cells if c.id in self._cells]
         for start in range(0, len(persisted), 2048):
-            await self._cells.upsert(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
+            await self._cells.write(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
 
     async def persist_staged(self, engine: str) -> WriterSums:
         """Phase one of the switch: write every staged vector's row; reads keep the current vectors.
@@ -500,10 +393,10 @@ class SceneShard:
         self._staged = {}
         self._switching = False
         assert self._cells is not None and self._scenes is not None
-        fresh = [rebuilt.fresh(s) for s in rebuilt.scenes.values() if s.id in self._persisted]
-        await self._scenes.upsert(scenes_to_arrow(fresh, self.config.dims))
+        fresh = [rebuilt.fresh(s) for s in rebuilt.scenes.values() if s.id in self._scenes]
+        await self._scenes.write(scenes_to_arrow(fresh, self.config.dims))
         for table in (self._cells, self._scenes):
-            await table.optimize_if_due(1)
+            await table.rows.optimize_if_due(1)
 
     async def revert_staged(self) -> None:
         """Undo phase one after a failure elsewhere: rewrite the current vectors' rows, drop the staged ones."""
@@ -518,41 +411,21 @@ class SceneShard:
     async def discard_staged(self) -> None:
         self._staged = {}
 
-    async def _flush(self, changes: list[_Change]) -> None:
+    async def _flush(self, changes: list[Record]) -> None:
         """Write the records of ``changes`` as memory holds them now; records memory no longer holds
         (erased, rolled back) are not written."""
         assert self._cells is not None and self._scenes is not None
         partition = self.partition
-        latest: dict[str, _Change] = {}
+        scenes: dict[str, Scene] = {}
+        cells: dict[str, Cell] = {}
         for change in changes:
-            current: Cell | Scene | None = (
-                partition.cells.get(change.record.id) if change.kind == "cell" else partition.scenes.get(change.record.id)
-            )
-            if current is None:
-                continue
-            previous = latest.get(current.id)
-            new = change.new or (previous is not None and previous.new)
-            latest[current.id] = _Change(change.kind, new and current.id not in self._persisted, current)
-        scenes = [partition.fresh(c.record) for c in latest.values() if c.kind == "scene" and isinstance(c.record, Scene)]
-        new_scenes = {c.record.id for c in latest.values() if c.kind == "scene" and c.new}
-        cells = [c for c in latest.values() if c.kind == "cell"]
+            if isinstance(change, Scene):
+                scene = partition.scenes.get(change.id)
+                if scene is not None:
+                    scenes[scene.id] = scene
+            elif (cell := partition.cells.get(change.id)) is not None:
+                cells[cell.id] = cell
         dims = self.config.dims
         # Scenes first: a crash between the two commits leaves an empty scene, never an orphan cell.
-        await self._scenes.append(scenes_to_arrow([s for s in scenes if s.id in new_scenes], dims))
-        await self._scenes.upsert(scenes_to_arrow([s for s in scenes if s.id not in new_scenes], dims))
-        await self._cells.append(cells_to_arrow([c.record for c in cells if c.new], dims))  # type: ignore[misc]
-        await self._cells.upsert(cells_to_arrow([c.record for c in cells if not c.new], dims))  # type: ignore[misc]
-        self._persisted.update(latest)
-        for table in (self._cells, self._scenes):
-            await table.optimize_if_due(self.config.storage.optimize_every)
-
-    def _spawn(self, coro: object) -> None:
-        async def run() -> None:
-            try:
-                await coro  # type: ignore[misc]
-            except Exception:
-                log.warning("background commit failed", exc_info=True)
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        await self._scenes.write(scenes_to_arrow([partition.fresh(s) for s in scenes.values()], dims))
+        await self._cells.write(cells_to_arrow(cells.values(), dims))

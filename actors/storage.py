@@ -6,13 +6,13 @@ Guarantees:
 - A table has one writer, the actor that owns it, and its mutations run one at
   a time (a per-table lock), so a multi-step rewrite is never interleaved with
   a group commit of the same table.
-- ``GroupCommitter`` turns many small writes into one append, and each
-  ``submit`` returns only after the batch holding it has committed (an
-  acknowledged write is durable). With ``StorageConfig.fsync`` a commit also
+- A write is acknowledged only once committed (``actors.group_commit``
+  batches many into one commit). With ``StorageConfig.fsync`` a commit also
   waits for the file system to have the bytes on stable storage (``syncfs``),
   so a 2xx survives a machine crash, not only a process crash.
-- Tables are compacted in the background every ``optimize_every`` commits so
-  versions and fragments do not pile up.
+- Tables are compacted every ``optimize_every`` commits so versions and
+  fragments do not pile up; ``KeyedTable`` is the one way records are
+  written (append new, upsert committed, delete, erase).
 - ``RowTable.erase_rows`` leaves no byte of a removed or replaced row in any
   data file: LanceDB deletes are deletion vectors, so every fragment holding
   such a row is rewritten without it, and every older version is dropped.
@@ -21,17 +21,16 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import logging
 import os
 import warnings
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,6 +57,7 @@ class StorageConfig:
     cache_mb: int = 32
     fsync: bool = False
     keep_versions_s: float = 30.0  # older table versions (and their files) are dropped at compaction after this
+    commit_max_rows: int = 1024  # a group commit of records holds at most this many
 
 
 @contextmanager
@@ -156,6 +156,10 @@ class LanceStore:
                 log.warning("table %s: adding columns %s", name, [f.name for f in missing])
                 await table.add_columns(missing)
             return RowTable(name, table, schema, self._sync_path, self._config.keep_versions_s, identity)
+
+    async def keyed(self, name: str, schema: pa.Schema, key: str, identity: str | None = None) -> KeyedTable:
+        """``table`` as a :class:`KeyedTable` by ``key``, compacted every ``optimize_every`` commits."""
+        return KeyedTable(await self.table(name, schema, identity), key, self._config.optimize_every)
 
 
 class RowTable:
@@ -343,103 +347,62 @@ class RowTable:
         return True
 
 
-T = TypeVar("T")
+class KeyedTable:
+    """A table of whole records keyed by one column, written the one way every actor writes them.
 
-
-class LoadOnce:
-    """Runs an actor's async loader exactly once, on first use; concurrent callers wait for it.
-
-    (A Ray actor's constructor cannot await, so actors load their tables lazily.)
-    A loader that fails leaves nothing marked loaded: the next call tries again.
+    ``write`` appends the records whose key has no committed row and upserts the
+    others (an append costs a fraction of a merge over the whole table), so a
+    key never has two rows from this path; ``delete`` removes rows by key;
+    both compact the table every ``StorageConfig.optimize_every`` commits.
+    Which keys have a committed row is learnt from ``load`` and kept by every
+    mutation made through this object, so the owner must make all of them here.
     """
 
-    def __init__(self, loader: Callable[[], Awaitable[None]]) -> None:
-        self._loader = loader
-        self._done = False
-        self._lock = asyncio.Lock()
+    def __init__(self, rows: RowTable, key: str, optimize_every: int) -> None:
+        if key not in rows.schema.names:
+            raise ConfigInvalid(f"table {rows.name}: key column {key} is not in its schema")
+        self.rows = rows
+        self.key = key
+        self._every = optimize_every
+        self._stored: set[str] = set()
+        self._lock = asyncio.Lock()  # a key's stored-or-not check and its commit are one step
 
-    async def __call__(self) -> None:
-        if self._done:
+    def __contains__(self, key: object) -> bool:
+        """True when ``key`` has a committed row."""
+        return key in self._stored
+
+    async def load(self) -> pa.Table:
+        """Every stored row (``RowTable.load``); their keys count as committed from now on."""
+        rows = await self.rows.load()
+        self._stored = set(rows.column(self.key).to_pylist())
+        return rows
+
+    async def write(self, rows: pa.Table) -> None:
+        """Commit ``rows`` (at most one per key): new keys appended, committed ones replaced."""
+        if rows.num_rows == 0:
             return
+        keys = rows.column(self.key).to_pylist()
         async with self._lock:
-            if not self._done:
-                await self._loader()
-                self._done = True
+            stored = pa.array([k in self._stored for k in keys], type=pa.bool_())
+            await self.rows.append(rows.filter(pc.invert(stored)))
+            await self.rows.upsert(rows.filter(stored), key=self.key)
+            self._stored.update(keys)
+        await self.rows.optimize_if_due(self._every)
 
+    async def delete(self, keys: Collection[str]) -> None:
+        """Remove the rows of ``keys`` (their bytes stay until compaction: see ``erase``)."""
+        async with self._lock:
+            gone = [k for k in keys if k in self._stored]
+            if not gone:
+                return
+            await self.rows.delete_where_in(self.key, gone)
+            self._stored.difference_update(gone)
+        await self.rows.optimize_if_due(self._every)
 
-@dataclass
-class _Batch(Generic[T]):
-    items: list[T] = field(default_factory=list)
-    done: asyncio.Future[None] | None = None
-
-
-class GroupCommitter(Generic[T]):
-    """Collects items for up to ``window_s`` (or until ``max_items``) and writes them with one ``flush``.
-
-    Guarantees:
-    - ``submit`` resolves when the flush holding its items has returned, or
-      raises what that flush raised; it never hangs (a flush that is
-      interrupted fails its batch).
-    - One flush runs at a time, so batches reach storage in submission order;
-      items submitted during a flush form the next batch.
-    - ``flush`` is a barrier: it returns once everything submitted before it
-      has been flushed (skipping the window), whatever the outcome. The worker
-      is never cancelled: it ends by itself when nothing is pending, and the
-      next ``submit`` starts a new one.
-    """
-
-    def __init__(self, flush: Callable[[list[T]], Awaitable[None]], window_s: float, max_items: int) -> None:
-        self._flush = flush
-        self._window_s = window_s
-        self._max_items = max_items
-        self._pending: _Batch[T] = _Batch()
-        self._hurry = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
-        self._inflight: asyncio.Future[None] | None = None
-
-    async def submit(self, items: list[T]) -> None:
-        if not items:
-            return
-        batch = self._pending
-        if batch.done is None:
-            batch.done = asyncio.get_running_loop().create_future()
-        batch.items.extend(items)
-        done = batch.done
-        if len(batch.items) >= self._max_items:
-            self._hurry.set()
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(self._run())
-        await asyncio.shield(done)
-
-    async def _run(self) -> None:
-        while self._pending.items:
-            if not self._hurry.is_set() and self._window_s > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hurry.wait(), self._window_s)
-            self._hurry.clear()
-            batch, self._pending = self._pending, _Batch()
-            assert batch.done is not None
-            self._inflight = batch.done
-            try:
-                await self._flush(batch.items)
-            except Exception as exc:  # noqa: BLE001 - handed to every waiter, never swallowed
-                batch.done.set_exception(exc)
-            except BaseException:  # cancelled mid-flush (the loop is closing): nobody may wait forever
-                batch.done.set_exception(StorageUnavailable("the commit was interrupted"))
-                raise
-            else:
-                batch.done.set_result(None)
-            finally:
-                self._inflight = None
-
-    async def flush(self) -> None:
-        """Wait until everything submitted so far is flushed (a barrier; failures stay with their submitters)."""
-        waits = [f for f in (self._inflight, self._pending.done) if f is not None and not f.done()]
-        if not waits:
-            return
-        self._hurry.set()
-        await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
-
-    async def close(self) -> None:
-        """Flush what is pending; the committer stays usable (a later submit starts a new worker)."""
-        await self.flush()
+    async def erase(self, remove: Collection[str], replace: pa.Table | None = None) -> None:
+        """``RowTable.erase_rows`` by this table's key: no byte of a removed or replaced row stays."""
+        async with self._lock:
+            await self.rows.erase_rows(self.key, remove, replace)
+            self._stored.difference_update(remove)
+            if replace is not None:
+                self._stored.update(replace.column(self.key).to_pylist())

@@ -1,4 +1,9 @@
-"""The head node's FastAPI application: /v1, /healthz, /openapi.json."""
+"""The head node's FastAPI application: /v1, /healthz, /openapi.json, /metrics, and the console.
+
+The facade is ``app.state.memesh`` (every router reaches it through
+:data:`api.deps.Core`). The /v1 gate (:mod:`api.data.gate`) judges every
+``/v1/*`` request; the console (:mod:`api.console.mount`) adds its own gate.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +12,16 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
-from api.admin import ConsoleConfig, mount_admin
-from api.admin_api import public_router as published_keys_router
+from api.console.mount import mount_admin
+from api.console.oidc import ConsoleConfig
+from api.console.operator_api import public_router as published_keys_router
+from api.data.gate import V1Gate
+from api.data.inbox import router as inbox_router
+from api.data.memory import router as memory_router
+from api.data.schemas import HealthOut
 from api.errors import error_response, install_error_handlers
-from api.gate import V1Gate
-from api.inbox import router as inbox_router
 from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
-from api.schemas import HealthOut
-from api.v1 import router as memory_router
 from head.facade import Memesh
 from mesh.errors import ErrorCode, MemeshError
 

@@ -1,6 +1,7 @@
 """What the /v1 gate and the /admin/api gate share: header reading, the body
-checks, refusals (HTTP or before a WebSocket upgrade), and running the route
-under the body cap and the request timeout.
+checks, the cross-origin check, refusals (HTTP or before a WebSocket upgrade),
+and running the route under the body cap and the request timeout. (Who the
+caller is, and what it is charged, is :mod:`api.admission`.)
 
 Every refusal is the spec's envelope from :mod:`api.errors`; nothing here picks
 a status for a domain error.
@@ -18,12 +19,6 @@ from mesh.errors import ErrorCode
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DENIAL_EXTENSION = "websocket.http.response"
-
-
-def client_address(scope: Scope) -> str:
-    """The peer's address as the server sees it (what unauthenticated charges are keyed by)."""
-    client = scope.get("client")
-    return str(client[0]) if client else "unknown"
 
 
 def header_map(scope: Scope) -> dict[str, str]:

@@ -48,7 +48,8 @@ def actor_round_trip_ms(samples: int) -> float:
 
 
 def lancedb_append_ms(samples: int) -> float:
-    from actors.codecs import DELIVERY_SCHEMA, deliveries_to_arrow
+    from actors.codecs import deliveries_to_arrow
+    from actors.schemas import DELIVERY_SCHEMA
     from actors.storage import LanceStore, StorageConfig
     from mesh.inbox import StoredDelivery
 

@@ -52,6 +52,7 @@ def storage_config(settings: Settings) -> StorageConfig:
         cache_mb=storage.cache_mb,
         fsync=storage.fsync,
         keep_versions_s=storage.keep_versions_s,
+        commit_max_rows=storage.commit_max_rows,
     )
 
 
@@ -74,7 +75,6 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
             index=i,
             dims=dims,
             tuning=settings.scenes.tuning(),
-            commit_max_rows=settings.storage.commit_max_rows,
             propagation=propagation,
             walk_batch=prop.walk_batch,
         )

@@ -19,9 +19,9 @@ import grpc
 import uvicorn
 from fastapi import FastAPI
 
-from api.admin import ConsoleConfig
 from api.app import create_app
-from api.grpc_admin import add_admin_service
+from api.console.grpc_service import add_admin_service
+from api.console.oidc import ConsoleConfig
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
 from head.facade import Memesh

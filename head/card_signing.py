@@ -28,7 +28,8 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, KeySet, OKPKey, RSAKey
 
-from mesh.descriptor import DescriptorFormat, SignatureCheck, check_depth
+from mesh.descriptor import DescriptorFormat, SignatureCheck
+from mesh.descriptor_limits import check_depth
 from mesh.errors import ValidationFailed
 
 ALLOWED_ALGORITHMS = ("ES256", "ES384", "RS256", "PS256", "Ed25519", "EdDSA")

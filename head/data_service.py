@@ -58,6 +58,7 @@ from mesh.identity import Agent, Principal, require_admin
 from mesh.ids import Clock, IdSource
 from mesh.model import WriterSums, merge_writer_sums
 from mesh.seam import Directory, beacon_sets, inbox_shards, scene_shards
+from mesh.times import rfc3339
 
 log = logging.getLogger(__name__)
 RETRY_MAX_S = 30.0
@@ -222,7 +223,7 @@ class DataService:
                 actor_tenant=actor.tenant_id,
                 plan=plan,
                 counts=counts,
-                created_at=self._clock().isoformat().replace("+00:00", "Z"),
+                created_at=rfc3339(self._clock()),
             )
             await self._dir.audit_log().journal_open(entry)  # the intent is durable before anything goes
         return await self._carry_out(entry)
@@ -262,7 +263,7 @@ class DataService:
 
     async def _certify(self, entry: JournalEntry) -> JournalEntry:
         assert self._signer is not None
-        erased_at = self._clock().isoformat().replace("+00:00", "Z")
+        erased_at = rfc3339(self._clock())
         claims = entry.counts.as_claims(entry.scope, entry.erase_id, erased_at, entry.actor_agent)
         certificate = {"erase_id": entry.erase_id, "digest": self._signer.sign(claims), "counts": entry.counts.as_dict()}
         row = {

@@ -26,17 +26,9 @@ from typing import Any
 from head.audit import record
 from head.card_signing import canonical_bytes, document_digest, verify_import_signatures
 from mesh.audit import AuditKind
-from mesh.descriptor import (
-    CardShape,
-    Descriptor,
-    DescriptorFormat,
-    Origin,
-    check_depth,
-    descriptor_from_manual,
-    import_origin,
-    is_same_import,
-    parse_import,
-)
+from mesh.descriptor import CardShape, Descriptor, DescriptorFormat, Origin, descriptor_from_manual, import_origin
+from mesh.descriptor_import import is_same_import, parse_import
+from mesh.descriptor_limits import check_depth
 from mesh.errors import Forbidden, MemeshError, NotFound
 from mesh.identity import Agent, Principal, check_can_mutate_agent, check_can_read_agent, require_admin
 from mesh.ids import Clock

@@ -1,10 +1,14 @@
 """The facade every transport calls: one object, the whole application core.
 
-REST, gRPC (and later MCP, WebSocket and A2A) all do the same three things:
-``await memesh.authenticate(key, bucket, client)`` for a principal charged to a
-rate-limit bucket, one use case on ``memesh.memory`` or ``memesh.identity``,
-and encoding the answer. Nothing in a transport decides authority, tenancy or
-limits.
+REST, the WebSocket inbox stream, gRPC (and later MCP and A2A) all do the same
+three things: :meth:`Memesh.admit` (the one "authenticate and charge": a key and
+the caller's address in, a principal charged to a rate-limit bucket out), one
+use case on ``memesh.memory``, ``memesh.inbox`` or ``memesh.identity``, and
+encoding the answer. Nothing in a transport decides authority, tenancy or
+limits. ``admit`` is :meth:`Memesh.principal` then :meth:`Memesh.charge`; the
+two halves are public for the one shape that must split them: an HTTP gate
+that authenticates before any body check, and a route that charges once it
+knows the operation and its cost (``api.admission``).
 
 Refused credentials are charged too: each client address has an
 ``AuthFailures`` bucket, and once it is empty that address gets 429 before its
@@ -106,10 +110,13 @@ class Memesh:
             self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic())
             raise
 
-    async def authenticate(self, key: str | None, bucket: Bucket, client: str | None = None) -> Principal:
-        """The caller's principal, charged one token of ``bucket`` (RateLimited when empty)."""
+    async def admit(self, key: str | None, bucket: Bucket, client: str | None = None, cost: float = 1.0) -> Principal:
+        """The one authenticate-and-charge of every transport: the principal of ``key``, charged ``cost``
+        tokens of ``bucket``. Raises Unauthorized (no valid key; ``client``'s ``AuthFailures`` bucket is
+        charged) or RateLimited (that bucket, or ``bucket``, is empty; with Retry-After). What the
+        principal may do (Forbidden) is the use case's to say, or an admin surface's role gate."""
         principal = await self.principal(key, client)
-        self.charge(principal, bucket)
+        self.charge(principal, bucket, cost)
         return principal
 
     def charge(self, principal: Principal, bucket: Bucket, cost: float = 1.0) -> None:

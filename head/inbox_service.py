@@ -27,8 +27,8 @@ from mesh.identity import Principal
 from mesh.ids import Clock, IdSource
 from mesh.inbox_wire import PullResult
 from mesh.model import Beacon
-from mesh.partition import stored_bytes
 from mesh.seam import Directory, InboxShardActor, beacon_set_index, inbox_index
+from mesh.storage_cost import stored_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,9 +30,10 @@ from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, Val
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
-from mesh.partition import partition_key, shard_for, stored_bytes
 from mesh.query import NodeFilter, rerank_for_recall
 from mesh.seam import Directory
+from mesh.sharding import partition_key, shard_for
+from mesh.storage_cost import stored_bytes
 from mesh.tuning import RecallTuning
 
 log = logging.getLogger(__name__)

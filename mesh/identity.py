@@ -8,7 +8,6 @@ one dict probe. The plaintext exists only in the answer to issue and rotate.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -97,10 +96,6 @@ def format_key(token: str) -> str:
 
 def looks_like_key(value: str) -> bool:
     return value.startswith(KEY_PREFIX) and 20 <= len(value) <= 256 and value.isascii()
-
-
-def same_hash(a: str, b: str) -> bool:
-    return hmac.compare_digest(a, b)
 
 
 def parse_roles(values: list[str]) -> frozenset[Role]:

@@ -14,16 +14,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from mesh.model import Cell
+from mesh.times import rfc3339
 from mesh.walk import Reach
-
-
-def rfc3339(ts: datetime) -> str:
-    """``ts`` as RFC 3339 in UTC with a ``Z`` suffix (a naive ``ts`` is taken as UTC)."""
-    aware = ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
-    return aware.isoformat().replace("+00:00", "Z")
 
 
 def diff_json(cell: Cell, diff_id: str, energy: float) -> str:

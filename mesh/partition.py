@@ -1,14 +1,15 @@
 """The cells and scenes of one partition of the mesh, in memory.
 
-A partition holds whole projects (the shard key is ``(tenant, project)``), so
-joining the nearest scene of a project is an exact, local decision made by one
-writer. Transitions return what changed; the owner persists it. Nothing here
-does I/O or reads a clock: times and new ids arrive as arguments.
+A partition holds whole projects (the shard key is ``(tenant, project)``, see
+:mod:`mesh.sharding`), so joining the nearest scene of a project is an exact,
+local decision made by one writer. Transitions return what changed; the owner
+persists it. Nothing here does I/O or reads a clock: times and new ids arrive
+as arguments. The vector indexes live in :mod:`mesh.partition_index`, the
+making of a Pattern in :mod:`mesh.pattern`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -16,35 +17,15 @@ from datetime import datetime
 import numpy as np
 import numpy.typing as npt
 
-from mesh.consolidation import find_groups
 from mesh.erasure import Selector
 from mesh.errors import Conflict, NotFound, ValidationFailed
-from mesh.model import Cell, CellType, Layer, Scene, Vector, normalize
+from mesh.model import Cell, Layer, Scene, Vector
+from mesh.partition_index import SceneCentroidIndex, TenantCellIndex
+from mesh.pattern import duplicate_groups, pattern_of
 from mesh.query import NodeFilter
+from mesh.storage_cost import stored_bytes
 from mesh.summary import extractive_summary
 from mesh.tuning import SceneTuning
-from mesh.vector_index import BoolMask, VectorIndex
-
-_LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
-_TYPE_CODE = {t: i for i, t in enumerate(CellType)}
-
-
-def shard_for(key: str, shards: int) -> int:
-    """The one mapping from a partition key to a shard number (stable across processes)."""
-    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % shards
-
-
-def partition_key(tenant_id: str, project_id: str) -> str:
-    return f"{tenant_id}\x1f{project_id}"
-
-
-RECORD_OVERHEAD = 256  # bytes a stored record costs beyond its text and vector (ids, times, columns)
-
-
-def stored_bytes(text: str, dims: int) -> int:
-    """What one stored cell or beacon counts against its tenant's ``max_bytes`` quota."""
-    return len(text.encode("utf-8", "surrogatepass")) + 4 * dims + RECORD_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -81,65 +62,6 @@ class EraseEffect:
     recomputed: frozenset[str]  # scenes that keep members (aggregates recomputed)
 
 
-class _Interner:
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-
-    def code(self, value: str | None) -> int:
-        if value is None:
-            return -1
-        return self.codes.setdefault(value, len(self.codes))
-
-    def lookup(self, value: str) -> int:
-        return self.codes.get(value, -2)
-
-
-class _TenantCells:
-    """A tenant's cell vectors with the columns filters need, row-aligned."""
-
-    def __init__(self, dims: int) -> None:
-        self.index = VectorIndex(dims)
-        self.layer = np.zeros(256, dtype=np.int8)
-        self.cell_type = np.zeros(256, dtype=np.int8)
-        self.scene = np.zeros(256, dtype=np.int32)
-        self.agent = np.zeros(256, dtype=np.int32)
-        self.project = np.zeros(256, dtype=np.int32)
-        self.superseded = np.zeros(256, dtype=np.bool_)
-        self.strings = _Interner()
-
-    def put(self, cell: Cell) -> None:
-        row = self.index.upsert(cell.id, cell.embedding, live=not cell.tombstone)
-        if row >= self.layer.shape[0]:
-            for name in ("layer", "cell_type", "scene", "agent", "project", "superseded"):
-                old = getattr(self, name)
-                new = np.zeros(old.shape[0] * 2, dtype=old.dtype)
-                new[: old.shape[0]] = old
-                setattr(self, name, new)
-        self.layer[row] = _LAYER_CODE[cell.layer]
-        self.cell_type[row] = _TYPE_CODE[cell.cell_type]
-        self.scene[row] = self.strings.code(cell.scene_id)
-        self.agent[row] = self.strings.code(cell.source_agent)
-        self.project[row] = self.strings.code(cell.project_id)
-        self.superseded[row] = cell.superseded_by is not None
-
-    def mask(self, flt: NodeFilter) -> BoolMask:
-        n = self.index.size
-        mask = np.ones(n, dtype=np.bool_)
-        if not flt.include_superseded:
-            mask &= ~self.superseded[:n]
-        if flt.layer is not None:
-            mask &= self.layer[:n] == _LAYER_CODE[flt.layer]
-        if flt.cell_types is not None:
-            mask &= np.isin(self.cell_type[:n], [_TYPE_CODE[t] for t in flt.cell_types])
-        if flt.scene_id is not None:
-            mask &= self.scene[:n] == self.strings.lookup(flt.scene_id)
-        if flt.source_agent is not None:
-            mask &= self.agent[:n] == self.strings.lookup(flt.source_agent)
-        if flt.project_ids is not None:
-            mask &= np.isin(self.project[:n], [self.strings.lookup(p) for p in flt.project_ids])
-        return mask
-
-
 class MemoryPartition:
     """Cells and scenes of the projects one shard owns.
 
@@ -153,9 +75,8 @@ class MemoryPartition:
         self.tuning = tuning
         self.cells: dict[str, Cell] = {}
         self.scenes: dict[str, Scene] = {}
-        self._tenants: dict[str, _TenantCells] = {}
-        self._centroids: dict[tuple[str, str], VectorIndex] = {}
-        self._tenant_scenes: dict[str, VectorIndex] = {}
+        self._tenants: dict[str, TenantCellIndex] = {}
+        self._scene_index = SceneCentroidIndex(dims)
         self._usage: dict[str, list[int]] = {}  # tenant -> [cells, bytes]
 
     def usage(self, tenant_id: str) -> tuple[int, int]:
@@ -178,7 +99,7 @@ class MemoryPartition:
         for cell in sorted(cells, key=lambda c: c.id):
             self._insert(cell)
         for scene in self.scenes.values():
-            self._update_centroid(scene)
+            self._scene_index.update(scene)
 
     # ------------------------------------------------------------------ writes
     def write(self, cells: list[Cell], new_scene_ids: list[str]) -> WriteOutcome:
@@ -200,7 +121,7 @@ class MemoryPartition:
             scene = self._scene_for(cell, spare, outcome)
             cell.scene_id = scene.id
             self._insert(cell)
-            self._update_centroid(scene)
+            self._scene_index.update(scene)
             outcome.cells.append(cell)
             outcome.created.append(cell)
         return outcome
@@ -235,24 +156,20 @@ class MemoryPartition:
                     scene.remove_vector(cell.embedding)
                     scene.live_count -= 1
                 scene.summary_dirty = True
-                self._update_centroid(scene)
+                self._scene_index.update(scene)
         for scene in outcome.founded:
             self.scenes.pop(scene.id, None)
-            self._centroid_index(scene).set_live(scene.id, False)
-            tenant_index = self._tenant_scenes.get(scene.tenant_id)
-            if tenant_index is not None:
-                tenant_index.set_live(scene.id, False)
+            self._scene_index.hide(scene)
 
     def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome) -> Scene:
         if cell.scene_id is not None:
             return self._explicit_scene(cell)
-        index = self._centroids.get((cell.tenant_id, cell.project_id))
-        if index is not None:
-            for near, similarity in index.search(cell.embedding, 8):  # the nearest with room
-                if similarity < self.tuning.join_similarity:
-                    break
-                if len(self.scenes[near].members) < self.tuning.max_members:
-                    return self.scenes[near]
+        nearest = self._scene_index.nearest_in_project(cell.tenant_id, cell.project_id, cell.embedding, 8)
+        for near, similarity in nearest:  # the nearest with room
+            if similarity < self.tuning.join_similarity:
+                break
+            if len(self.scenes[near].members) < self.tuning.max_members:
+                return self.scenes[near]
         scene_id = next(iter(spare), None)
         if scene_id is None:
             raise ValidationFailed("no scene id left for a new scene")
@@ -372,7 +289,7 @@ class MemoryPartition:
             scene.remove_vector(cell.embedding)
             scene.live_count -= 1
             scene.summary_dirty = True
-            self._update_centroid(scene)
+            self._scene_index.update(scene)
         return cell
 
     def erase(self, cell_ids: Iterable[str]) -> EraseOutcome:
@@ -404,10 +321,7 @@ class MemoryPartition:
                 outcome.recomputed.append(self.fresh(scene))
                 continue
             del self.scenes[scene.id]
-            self._centroid_index(scene).erase(scene.id)
-            tenant_index = self._tenant_scenes.get(scene.tenant_id)
-            if tenant_index is not None:
-                tenant_index.erase(scene.id)
+            self._scene_index.erase(scene)
             outcome.removed_scenes.append(scene)
         return outcome
 
@@ -442,13 +356,7 @@ class MemoryPartition:
         """
         scene = self.scene(tenant_id, scene_id)
         if groups is None:
-            pool = self.consolidation_pool(tenant_id, scene_id)
-            found = (
-                find_groups(np.stack([c.embedding for c in pool]), self.tuning.duplicate_similarity, self.tuning.min_group)
-                if pool
-                else []
-            )
-            groups = [[pool[i].id for i in g] for g in found]
+            groups = duplicate_groups(self.consolidation_pool(tenant_id, scene_id), self.tuning)
         patterns: list[Cell] = []
         superseded: list[Cell] = []
         for ids in groups:
@@ -459,24 +367,7 @@ class MemoryPartition:
             ]
             if len(group) < self.tuning.min_group:
                 continue
-            mean = normalize(np.sum([c.embedding for c in group], axis=0, dtype=np.float64))
-            centrality = np.stack([c.embedding for c in group]) @ mean
-            central = min(range(len(group)), key=lambda i: (-float(centrality[i]), group[i].created_at.timestamp()))
-            pattern = Cell(
-                id=new_id(),
-                tenant_id=tenant_id,
-                project_id=scene.project_id,
-                cell_type=CellType.PATTERN,
-                content=group[central].content,
-                salience=max(c.salience for c in group),
-                source_agent=source_agent,
-                created_at=now,
-                last_accessed=now,
-                layer=Layer.L1,
-                embedding=mean,
-                engine=group[0].engine,
-                scene_id=scene.id,
-            )
+            pattern = pattern_of(group, new_id(), scene, source_agent, now)
             for member in group:
                 member.superseded_by = pattern.id
                 self._tenant(tenant_id).put(member)
@@ -509,40 +400,19 @@ class MemoryPartition:
         )
         scene.live_count = len(live)
         scene.summary_dirty = True
-        self._update_centroid(scene)
+        self._scene_index.update(scene)
 
     # ----------------------------------------------------------------- helpers
-    def _tenant(self, tenant_id: str) -> _TenantCells:
+    def _tenant(self, tenant_id: str) -> TenantCellIndex:
         tenant = self._tenants.get(tenant_id)
         if tenant is None:
-            tenant = self._tenants[tenant_id] = _TenantCells(self.dims)
+            tenant = self._tenants[tenant_id] = TenantCellIndex(self.dims)
         return tenant
-
-    def _update_centroid(self, scene: Scene) -> None:
-        centroid, live = scene.centroid, scene.live_count > 0
-        self._centroid_index(scene).upsert(scene.id, centroid, live=live)
-        index = self._tenant_scenes.get(scene.tenant_id)
-        if index is None:
-            index = self._tenant_scenes[scene.tenant_id] = VectorIndex(self.dims, capacity=16)
-        index.upsert(scene.id, centroid, live=live)
 
     def scene_neighbours(self, tenant_id: str, vector: Vector, k: int) -> list[tuple[Scene, float]]:
         """The tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
-        index = self._tenant_scenes.get(tenant_id)
-        if index is None:
-            return []
-        return [(self.scenes[sid], sim) for sid, sim in index.search(vector, k)]
+        return [(self.scenes[sid], sim) for sid, sim in self._scene_index.nearest(tenant_id, vector, k)]
 
     def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], k: int) -> list[list[tuple[Scene, float]]]:
         """``scene_neighbours`` for every row of ``vectors``, in one matrix product."""
-        index = self._tenant_scenes.get(tenant_id)
-        if index is None:
-            return [[] for _ in range(len(vectors))]
-        return [[(self.scenes[sid], sim) for sid, sim in hits] for hits in index.search_many(vectors, k)]
-
-    def _centroid_index(self, scene: Scene) -> VectorIndex:
-        key = (scene.tenant_id, scene.project_id)
-        index = self._centroids.get(key)
-        if index is None:
-            index = self._centroids[key] = VectorIndex(self.dims, capacity=16)
-        return index
+        return [[(self.scenes[sid], sim) for sid, sim in hits] for hits in self._scene_index.nearest_many(tenant_id, vectors, k)]

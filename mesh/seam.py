@@ -25,8 +25,8 @@ from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
-from mesh.partition import shard_for
 from mesh.query import NodeFilter
+from mesh.sharding import shard_for
 from mesh.walk import Candidate, NeighbourRequest
 
 Neighbours = list[dict[str, list[Candidate]]]

@@ -65,9 +65,6 @@ class VectorIndex:
     def row_of(self, node_id: str) -> int:
         return self._row[node_id]
 
-    def id_at(self, row: int) -> str:
-        return self._ids[row]
-
     def vector(self, node_id: str) -> Vector:
         row: Vector = self._matrix[self._row[node_id]]
         return row
@@ -114,9 +111,6 @@ class VectorIndex:
         rows = [self._row[n] for n in node_ids]
         result: npt.NDArray[np.float32] = self._matrix[rows] @ vector.astype(np.float32, copy=False)
         return result
-
-    def live_mask(self) -> BoolMask:
-        return self._live[: self.size]
 
     def scores(self, query: Vector) -> npt.NDArray[np.float32]:
         """Cosine of ``query`` with every row (dead rows included)."""

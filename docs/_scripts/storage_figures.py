@@ -27,8 +27,10 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from actors.codecs import AGENT_SCHEMA, agents_to_arrow, cell_schema, cells_to_arrow
-from actors.storage import GroupCommitter, LanceStore, RowTable
+from actors.codecs import agents_to_arrow, cells_to_arrow
+from actors.group_commit import GroupCommitter
+from actors.schemas import AGENT_SCHEMA, cell_schema
+from actors.storage import LanceStore, RowTable
 from mesh.identity import Agent, AgentStatus, Role
 from mesh.model import Cell, CellType, Layer
 

@@ -56,7 +56,7 @@ class Api:
         issued = await self.memesh.identity.issue(ADMIN, tenant, f"agent-{tenant}", list(roles), read_scope)
         return issued.plaintext_secret
 
-    async def call(self, method: str, path: str, key: str | None, body: Any = None, **kw: Any) -> httpx.Response:
+    async def send(self, method: str, path: str, key: str | None, body: Any = None, **kw: Any) -> httpx.Response:
         headers = {"x-service-key": key} if key else {}
         return await self.http.request(method, path, json=body, headers=headers, **kw)
 

@@ -14,10 +14,9 @@ import httpx
 import pytest
 from starlette.testclient import TestClient, WebSocketDenialResponse
 
-from api.admin import ConsoleConfig
-from api.admin_auth import Console
-from api.admin_gate import SESSION_COOKIE, AdminGate
 from api.app import create_app
+from api.console.gate import SESSION_COOKIE, AdminGate
+from api.console.oidc import Console, ConsoleConfig
 from head.clock import utc_now
 from head.facade import Memesh
 from mesh.audit import AuditKind
@@ -39,7 +38,7 @@ class ConsoleHarness:
         token, _ = self.console.sessions.open(agent.id, subject, utc_now())
         return token
 
-    async def call(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+    async def send(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
         headers = {**kw.pop("headers", {}), **({"cookie": f"{SESSION_COOKIE}={token}"} if token else {})}
         return await self.http.request(method, path, headers=headers, **kw)
 
@@ -55,10 +54,10 @@ async def console(make_core: Callable[..., Memesh]) -> AsyncIterator[ConsoleHarn
 
 
 async def test_no_session_is_401_whatever_the_body(console: ConsoleHarness) -> None:
-    assert_error(await console.call("GET", "/admin/api/me"), 401, "unauthorized")
+    assert_error(await console.send("GET", "/admin/api/me"), 401, "unauthorized")
     malformed = {"content": b"{{{", "headers": {"content-type": "text/plain"}}
-    assert_error(await console.call("POST", "/admin/api/agents", **malformed), 401, "unauthorized")
-    assert_error(await console.call("POST", "/admin/api/agents", "not-a-session", **malformed), 401, "unauthorized")
+    assert_error(await console.send("POST", "/admin/api/agents", **malformed), 401, "unauthorized")
+    assert_error(await console.send("POST", "/admin/api/agents", "not-a-session", **malformed), 401, "unauthorized")
     key = (await console.core.identity.issue(ADMIN, "system", "k", ["ServiceAdmin"])).plaintext_secret
     response = await console.http.get("/admin/api/me", headers={"x-service-key": key})  # an API key is not accepted
     assert_error(response, 401, "unauthorized")
@@ -66,15 +65,15 @@ async def test_no_session_is_401_whatever_the_body(console: ConsoleHarness) -> N
 
 async def test_a_non_admin_session_is_403_before_the_body_is_judged(console: ConsoleHarness) -> None:
     token = await console.session_for("writer-sub", role="Writer")
-    assert_error(await console.call("GET", "/admin/api/me", token), 403, "forbidden")
-    response = await console.call("POST", "/admin/api/agents", token, content=b"{{{", headers={"content-type": "text/plain"})
+    assert_error(await console.send("GET", "/admin/api/me", token), 403, "forbidden")
+    response = await console.send("POST", "/admin/api/agents", token, content=b"{{{", headers={"content-type": "text/plain"})
     assert_error(response, 403, "forbidden")
 
 
 async def test_me_reflects_the_session_without_charge(console: ConsoleHarness) -> None:
     token = await console.session_for("alice")
     for _ in range(6):  # more than the Admin burst (3): /me is not charged
-        response = await console.call("GET", "/admin/api/me", token)
+        response = await console.send("GET", "/admin/api/me", token)
         assert response.status_code == 200, response.text
     body = response.json()
     assert set(body) == {"agent_id", "tenant_id", "roles", "display_name", "subject", "expires_at"}
@@ -86,39 +85,39 @@ async def test_me_reflects_the_session_without_charge(console: ConsoleHarness) -
 
 async def test_body_checks_then_the_admin_bucket(console: ConsoleHarness) -> None:
     token = await console.session_for("bob")
-    response = await console.call("POST", "/admin/api/anything", token, content=b"x=1", headers={"content-type": "text/plain"})
+    response = await console.send("POST", "/admin/api/anything", token, content=b"x=1", headers={"content-type": "text/plain"})
     assert_error(response, 415, "validation")  # refused before the charge: the 3 tokens of the burst remain
     for _ in range(3):  # a path no route serves passes the gate and is charged before its 404
-        assert_error(await console.call("GET", "/admin/api/no-such-route", token), 404, "not_found")
-    limited = await console.call("GET", "/admin/api/no-such-route", token)
+        assert_error(await console.send("GET", "/admin/api/no-such-route", token), 404, "not_found")
+    limited = await console.send("GET", "/admin/api/no-such-route", token)
     assert_error(limited, 429, "rate_limited")
     assert int(limited.headers["retry-after"]) >= 1
-    assert (await console.call("GET", "/admin/api/me", token)).status_code == 200
+    assert (await console.send("GET", "/admin/api/me", token)).status_code == 200
 
 
 async def test_revoking_or_suspending_the_agent_ends_its_sessions(console: ConsoleHarness) -> None:
     token = await console.session_for("carol")
-    me = (await console.call("GET", "/admin/api/me", token)).json()
+    me = (await console.send("GET", "/admin/api/me", token)).json()
     await console.core.identity.apply(ADMIN, me["agent_id"], "suspend")
-    assert_error(await console.call("GET", "/admin/api/me", token), 401, "unauthorized")
+    assert_error(await console.send("GET", "/admin/api/me", token), 401, "unauthorized")
     await console.core.identity.apply(ADMIN, me["agent_id"], "reinstate")
-    assert_error(await console.call("GET", "/admin/api/me", token), 401, "unauthorized")  # the session was dropped
+    assert_error(await console.send("GET", "/admin/api/me", token), 401, "unauthorized")  # the session was dropped
     assert len(console.console.sessions) == 0
 
 
 async def test_logout_drops_the_session_and_is_idempotent(console: ConsoleHarness) -> None:
     token = await console.session_for("dave")
     for _ in range(2):
-        response = await console.call("POST", "/admin/auth/logout", token)
+        response = await console.send("POST", "/admin/auth/logout", token)
         assert response.status_code == 204
         cookie = response.headers["set-cookie"]
         assert cookie.startswith(f"{SESSION_COOKIE}=") and "Max-Age=0" in cookie and "Path=/admin" in cookie
-    assert_error(await console.call("GET", "/admin/api/me", token), 401, "unauthorized")
+    assert_error(await console.send("GET", "/admin/api/me", token), 401, "unauthorized")
 
 
 async def test_login_needs_the_provider_and_the_callback_needs_the_state(console: ConsoleHarness) -> None:
-    assert_error(await console.call("GET", "/admin/auth/login"), 503, "unavailable")
-    response = await console.call("GET", "/admin/auth/callback?code=abc&state=forged")
+    assert_error(await console.send("GET", "/admin/auth/login"), 503, "unavailable")
+    response = await console.send("GET", "/admin/auth/callback?code=abc&state=forged")
     assert_error(response, 400, "validation")
     assert "service_admin_login_state=" in response.headers["set-cookie"]  # cleared
     rows = await console.core.directory.audit_log().rows(0, 1000)
@@ -180,12 +179,12 @@ async def test_a_cross_origin_browser_request_cannot_change_state(console: Conso
     token = await console.session_for("erin")
     agents = {"display_name": "x", "tenant_id": "acme", "roles": ["Writer"]}
     evil = {"origin": "https://evil.example"}
-    assert_error(await console.call("POST", "/admin/api/agents", token, json=agents, headers=evil), 403, "forbidden")
-    assert_error(await console.call("POST", "/admin/api/reembed", token, headers=evil), 403, "forbidden")
-    assert (await console.call("GET", "/admin/api/agents", token, headers=evil)).status_code == 200  # reads are not state
+    assert_error(await console.send("POST", "/admin/api/agents", token, json=agents, headers=evil), 403, "forbidden")
+    assert_error(await console.send("POST", "/admin/api/reembed", token, headers=evil), 403, "forbidden")
+    assert (await console.send("GET", "/admin/api/agents", token, headers=evil)).status_code == 200  # reads are not state
     same = {"origin": "http://memesh.test"}
-    assert (await console.call("POST", "/admin/api/agents", token, json=agents, headers=same)).status_code == 200
-    assert (await console.call("POST", "/admin/api/agents", token, json=agents)).status_code == 200  # no Origin: not a browser
+    assert (await console.send("POST", "/admin/api/agents", token, json=agents, headers=same)).status_code == 200
+    assert (await console.send("POST", "/admin/api/agents", token, json=agents)).status_code == 200  # no Origin: not a browser
     rows = await console.core.directory.audit_log().rows(0, 1000)
     assert [r.kind for r in rows].count(AuditKind.AGENT_ISSUED) == 3  # the session's own agent and the two accepted issues
 

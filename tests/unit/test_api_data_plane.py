@@ -34,7 +34,7 @@ def cell(content: str, cell_type: str = "Fact", **extra: object) -> dict[str, ob
 
 async def test_write_then_query_and_recall_return_hydrated_nodes(api: Api) -> None:
     key = await api.key()
-    r = await api.call("POST", "/v1/cells", key, cell("we deploy the api with helm", "Decision", salience=0.8))
+    r = await api.send("POST", "/v1/cells", key, cell("we deploy the api with helm", "Decision", salience=0.8))
     assert r.status_code == 201, r.text
     node = r.json()
     assert set(node) == NODE_FIELDS
@@ -44,11 +44,11 @@ async def test_write_then_query_and_recall_return_hydrated_nodes(api: Api) -> No
     assert len(node["embedding"]) == 384 and node["scene_id"]
     datetime.fromisoformat(node["created_at"].replace("Z", "+00:00"))
     assert node["created_at"].endswith("Z")
-    batch = await api.call("POST", "/v1/cells:batch", key, {"cells": [cell("bananas are yellow"), cell("cats sleep a lot")]})
+    batch = await api.send("POST", "/v1/cells:batch", key, {"cells": [cell("bananas are yellow"), cell("cats sleep a lot")]})
     assert batch.status_code == 201
     assert [n["content"] for n in batch.json()] == ["bananas are yellow", "cats sleep a lot"]
     for path in ("/v1/query", "/v1/recall"):
-        r = await api.call("POST", path, key, {"text": "how do we deploy the api", "k": 2})
+        r = await api.send("POST", path, key, {"text": "how do we deploy the api", "k": 2})
         assert r.status_code == 200, r.text
         nodes = r.json()
         assert nodes[0]["content"] == "we deploy the api with helm"
@@ -58,17 +58,17 @@ async def test_write_then_query_and_recall_return_hydrated_nodes(api: Api) -> No
 
 async def test_recall_touches_last_accessed(api: Api) -> None:
     key = await api.key()
-    written = (await api.call("POST", "/v1/cells", key, cell("the cache lives in redis"))).json()
-    recalled = (await api.call("POST", "/v1/recall", key, {"text": "where is the cache", "k": 1})).json()
+    written = (await api.send("POST", "/v1/cells", key, cell("the cache lives in redis"))).json()
+    recalled = (await api.send("POST", "/v1/recall", key, {"text": "where is the cache", "k": 1})).json()
     assert recalled[0]["id"] == written["id"]
     assert recalled[0]["last_accessed"] > written["last_accessed"]
-    queried = (await api.call("POST", "/v1/query", key, {"text": "where is the cache", "k": 1})).json()
+    queried = (await api.send("POST", "/v1/query", key, {"text": "where is the cache", "k": 1})).json()
     assert queried[0]["last_accessed"] == recalled[0]["last_accessed"]
 
 
 async def test_filters_and_layer(api: Api) -> None:
     key = await api.key()
-    await api.call(
+    await api.send(
         "POST",
         "/v1/cells:batch",
         key,
@@ -81,44 +81,44 @@ async def test_filters_and_layer(api: Api) -> None:
         },
     )
     q = {"text": "postgres", "k": 10}
-    only_risk = (await api.call("POST", "/v1/query", key, {**q, "filter": {"cell_types": ["Risk"]}})).json()
+    only_risk = (await api.send("POST", "/v1/query", key, {**q, "filter": {"cell_types": ["Risk"]}})).json()
     assert [n["cell_type"] for n in only_risk] == ["Risk"]
-    l2 = (await api.call("POST", "/v1/query", key, {**q, "layer": "L2"})).json()
+    l2 = (await api.send("POST", "/v1/query", key, {**q, "layer": "L2"})).json()
     assert [n["cell_type"] for n in l2] == ["Decision"]
-    other_tenant = (await api.call("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t2"}})).json()
+    other_tenant = (await api.send("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t2"}})).json()
     assert other_tenant == []
-    assert len((await api.call("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t1"}})).json()) == 3
+    assert len((await api.send("POST", "/v1/query", key, {**q, "filter": {"tenant_id": "t1"}})).json()) == 3
 
 
 async def test_tenants_never_see_each_other(api: Api) -> None:
     k1, k2 = await api.key("t1"), await api.key("t2")
-    mine = (await api.call("POST", "/v1/cells", k1, cell("tenant one secret plan"))).json()
-    assert (await api.call("POST", "/v1/query", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
-    assert (await api.call("POST", "/v1/recall", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
-    assert_error(await api.call("GET", f"/v1/scenes/{mine['scene_id']}", k2), 404, "not_found")
-    assert (await api.call("GET", "/v1/scenes", k2)).json() == {"scenes": [], "next_cursor": None}
-    assert_error(await api.call("POST", f"/v1/scenes/{mine['scene_id']}/consolidate", k2), 404, "not_found")
-    joined = await api.call("POST", "/v1/cells", k2, cell("sneaking in", scene_id=mine["scene_id"]))
+    mine = (await api.send("POST", "/v1/cells", k1, cell("tenant one secret plan"))).json()
+    assert (await api.send("POST", "/v1/query", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
+    assert (await api.send("POST", "/v1/recall", k2, {"text": "tenant one secret plan", "k": 10})).json() == []
+    assert_error(await api.send("GET", f"/v1/scenes/{mine['scene_id']}", k2), 404, "not_found")
+    assert (await api.send("GET", "/v1/scenes", k2)).json() == {"scenes": [], "next_cursor": None}
+    assert_error(await api.send("POST", f"/v1/scenes/{mine['scene_id']}/consolidate", k2), 404, "not_found")
+    joined = await api.send("POST", "/v1/cells", k2, cell("sneaking in", scene_id=mine["scene_id"]))
     assert_error(joined, 404, "not_found")
 
 
 async def test_read_scope_confines_an_agent_to_its_projects(api: Api) -> None:
     writer = await api.key()
     scoped = await api.key(roles=("Reader",), read_scope=["alpha"])
-    await api.call("POST", "/v1/cells", writer, cell("alpha launch checklist", project_id="alpha"))
-    beta = (await api.call("POST", "/v1/cells", writer, cell("beta launch checklist", project_id="beta"))).json()
-    seen = (await api.call("POST", "/v1/query", scoped, {"text": "launch checklist", "k": 10})).json()
+    await api.send("POST", "/v1/cells", writer, cell("alpha launch checklist", project_id="alpha"))
+    beta = (await api.send("POST", "/v1/cells", writer, cell("beta launch checklist", project_id="beta"))).json()
+    seen = (await api.send("POST", "/v1/query", scoped, {"text": "launch checklist", "k": 10})).json()
     assert [n["node_type"]["Cell"]["project_id"] for n in seen] == ["alpha"]
-    assert_error(await api.call("GET", f"/v1/scenes/{beta['scene_id']}", scoped), 404, "not_found")
-    listed = (await api.call("GET", "/v1/scenes", scoped)).json()["scenes"]
+    assert_error(await api.send("GET", f"/v1/scenes/{beta['scene_id']}", scoped), 404, "not_found")
+    listed = (await api.send("GET", "/v1/scenes", scoped)).json()["scenes"]
     assert {s["project_id"] for s in listed} == {"alpha"}
 
 
 async def test_reader_cannot_write(api: Api) -> None:
     reader = await api.key(roles=("Reader",))
-    assert_error(await api.call("POST", "/v1/cells", reader, cell("nope")), 403, "forbidden")
-    assert_error(await api.call("POST", "/v1/sessions", reader, {"project_id": "p"}), 403, "forbidden")
-    assert (await api.call("POST", "/v1/query", reader, {"text": "anything", "k": 1})).status_code == 200
+    assert_error(await api.send("POST", "/v1/cells", reader, cell("nope")), 403, "forbidden")
+    assert_error(await api.send("POST", "/v1/sessions", reader, {"project_id": "p"}), 403, "forbidden")
+    assert (await api.send("POST", "/v1/query", reader, {"text": "anything", "k": 1})).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ async def test_reader_cannot_write(api: Api) -> None:
 )
 async def test_cell_validation(api: Api, body: object, status: int) -> None:
     key = await api.key()
-    assert_error(await api.call("POST", "/v1/cells", key, body), status, "validation")
+    assert_error(await api.send("POST", "/v1/cells", key, body), status, "validation")
 
 
 async def test_transport_level_errors(api: Api) -> None:
@@ -148,23 +148,23 @@ async def test_transport_level_errors(api: Api) -> None:
     assert_error(raw, 400, "validation")
     plain = await api.http.post("/v1/query", content=b"text=x", headers={"x-service-key": key, "content-type": "text/plain"})
     assert_error(plain, 415, "validation")
-    assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": 0}), 400, "validation")
-    assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": "3"}), 422, "validation")
-    assert_error(await api.call("POST", "/v1/query", key, {"k": 3}), 400, "validation")
-    assert_error(await api.call("POST", "/v1/query", key, {"embedding": [0.1, 0.2], "k": 3}), 400, "dimension_mismatch")
+    assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": 0}), 400, "validation")
+    assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": "3"}), 422, "validation")
+    assert_error(await api.send("POST", "/v1/query", key, {"k": 3}), 400, "validation")
+    assert_error(await api.send("POST", "/v1/query", key, {"embedding": [0.1, 0.2], "k": 3}), 400, "dimension_mismatch")
     vector_cell = cell("vector supplied", embedding=[0.0] * 383 + [1.0])
-    assert (await api.call("POST", "/v1/cells", key, vector_cell)).status_code == 201
-    assert_error(await api.call("POST", "/v1/cells", key, cell("bad", embedding=[1.0] * 3)), 400, "dimension_mismatch")
-    assert_error(await api.call("GET", "/v1/scenes/not-a-uuid", key), 400, "validation")
-    assert_error(await api.call("GET", "/v1/scenes/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
-    assert_error(await api.call("GET", "/v1/scenes?cursor=%%%", key), 400, "validation")
-    assert_error(await api.call("GET", "/v1/no-such-thing", key), 404, "not_found")
-    assert_error(await api.call("PUT", "/v1/query", key, {}), 405, "validation")
+    assert (await api.send("POST", "/v1/cells", key, vector_cell)).status_code == 201
+    assert_error(await api.send("POST", "/v1/cells", key, cell("bad", embedding=[1.0] * 3)), 400, "dimension_mismatch")
+    assert_error(await api.send("GET", "/v1/scenes/not-a-uuid", key), 400, "validation")
+    assert_error(await api.send("GET", "/v1/scenes/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
+    assert_error(await api.send("GET", "/v1/scenes?cursor=%%%", key), 400, "validation")
+    assert_error(await api.send("GET", "/v1/no-such-thing", key), 404, "not_found")
+    assert_error(await api.send("PUT", "/v1/query", key, {}), 405, "validation")
 
 
 async def test_authentication_comes_first(api: Api) -> None:
     for key in (None, "", "msh_" + "x" * 43, "Bearer whatever"):
-        assert_error(await api.call("POST", "/v1/query", key, {"text": "x", "k": 1}), 401, "unauthorized")
+        assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": 1}), 401, "unauthorized")
     garbage = await api.http.post("/v1/cells", content=b"{not json", headers={"content-type": "text/plain"})
     assert_error(garbage, 401, "unauthorized")
     assert (await api.http.get("/healthz")).status_code == 200
@@ -176,70 +176,70 @@ async def test_revoked_rotated_and_suspended_keys_fail_on_the_next_request(api: 
     for action in ("revoke", "suspend", "rotate"):
         issued = await memesh.identity.issue(ADMIN, "t1", action, ["Writer"])
         key = issued.plaintext_secret
-        assert (await api.call("POST", "/v1/query", key, q)).status_code == 200  # now cached
+        assert (await api.send("POST", "/v1/query", key, q)).status_code == 200  # now cached
         _, new_key = await memesh.identity.apply(ADMIN, issued.agent.id, action)
-        assert_error(await api.call("POST", "/v1/query", key, q), 401, "unauthorized")
+        assert_error(await api.send("POST", "/v1/query", key, q), 401, "unauthorized")
         if action == "rotate":
-            assert new_key and (await api.call("POST", "/v1/query", new_key, q)).status_code == 200
+            assert new_key and (await api.send("POST", "/v1/query", new_key, q)).status_code == 200
         if action == "suspend":
             await memesh.identity.apply(ADMIN, issued.agent.id, "reinstate")
-            assert (await api.call("POST", "/v1/query", key, q)).status_code == 200
+            assert (await api.send("POST", "/v1/query", key, q)).status_code == 200
 
 
 async def test_rate_limit_answers_429_with_retry_after(make_core: Callable[..., Memesh]) -> None:
     memesh = make_core(rate_limits={"read": {"rate": 0.5, "burst": 2}})
     api = Api(memesh)
     key = await api.key()
-    statuses = [(await api.call("POST", "/v1/query", key, {"text": "x", "k": 1})) for _ in range(3)]
+    statuses = [(await api.send("POST", "/v1/query", key, {"text": "x", "k": 1})) for _ in range(3)]
     assert [r.status_code for r in statuses[:2]] == [200, 200]
     assert_error(statuses[2], 429, "rate_limited")
     assert int(statuses[2].headers["retry-after"]) >= 1
     other = await api.key()
-    assert (await api.call("POST", "/v1/query", other, {"text": "x", "k": 1})).status_code == 200
+    assert (await api.send("POST", "/v1/query", other, {"text": "x", "k": 1})).status_code == 200
     await memesh.close()
 
 
 async def test_sessions_give_cells_their_project(api: Api) -> None:
     key, other = await api.key(), await api.key()
-    opened = await api.call("POST", "/v1/sessions", key, {"project_id": "apollo"})
+    opened = await api.send("POST", "/v1/sessions", key, {"project_id": "apollo"})
     assert opened.status_code == 200
     session_id = opened.json()["session_id"]
-    written = (await api.call("POST", "/v1/cells", key, cell("launch at dawn", session_id=session_id))).json()
+    written = (await api.send("POST", "/v1/cells", key, cell("launch at dawn", session_id=session_id))).json()
     assert written["node_type"]["Cell"] == {**written["node_type"]["Cell"], "project_id": "apollo", "session_id": session_id}
-    clash = await api.call("POST", "/v1/cells", key, cell("x", session_id=session_id, project_id="gemini"))
+    clash = await api.send("POST", "/v1/cells", key, cell("x", session_id=session_id, project_id="gemini"))
     assert_error(clash, 400, "validation")
-    assert_error(await api.call("DELETE", f"/v1/sessions/{session_id}", other), 404, "not_found")
-    assert (await api.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
-    assert (await api.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
-    assert_error(await api.call("POST", "/v1/cells", key, cell("late", session_id=session_id)), 400, "validation")
-    assert_error(await api.call("DELETE", "/v1/sessions/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
-    assert_error(await api.call("POST", "/v1/sessions", key, {}), 422, "validation")
+    assert_error(await api.send("DELETE", f"/v1/sessions/{session_id}", other), 404, "not_found")
+    assert (await api.send("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    assert (await api.send("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    assert_error(await api.send("POST", "/v1/cells", key, cell("late", session_id=session_id)), 400, "validation")
+    assert_error(await api.send("DELETE", "/v1/sessions/01a2040c-0000-7000-8000-000000000000", key), 404, "not_found")
+    assert_error(await api.send("POST", "/v1/sessions", key, {}), 422, "validation")
 
 
 async def test_scenes_list_get_and_consolidate(api: Api) -> None:
     key = await api.key()
     texts = ["deploy the api with helm charts", "deploy the api with helm charts", "bananas are yellow", "rust is fast"]
-    nodes = (await api.call("POST", "/v1/cells:batch", key, {"cells": [cell(t) for t in texts]})).json()
+    nodes = (await api.send("POST", "/v1/cells:batch", key, {"cells": [cell(t) for t in texts]})).json()
     dup_scene = nodes[0]["scene_id"]
     assert nodes[1]["scene_id"] == dup_scene
     pages, cursor = [], None
     for _ in range(10):
-        r = (await api.call("GET", "/v1/scenes", key, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
+        r = (await api.send("GET", "/v1/scenes", key, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
         pages += r["scenes"]
         cursor = r["next_cursor"]
         if cursor is None:
             break
     assert len(pages) == len({n["scene_id"] for n in nodes}) == 3
-    scene = (await api.call("GET", f"/v1/scenes/{dup_scene}", key)).json()
+    scene = (await api.send("GET", f"/v1/scenes/{dup_scene}", key)).json()
     assert set(scene) >= {"id", "tenant_id", "project_id", "centroid", "summary", "created_at"}
     assert scene["summary"].startswith("deploy the api with helm charts")
-    report = await api.call("POST", f"/v1/scenes/{dup_scene}/consolidate", key)
+    report = await api.send("POST", f"/v1/scenes/{dup_scene}/consolidate", key)
     assert report.status_code == 200, report.text
     body = report.json()
     assert sorted(body["cells_superseded"]) == sorted([nodes[0]["id"], nodes[1]["id"]])
     (pattern,) = body["patterns_created"]
     assert pattern["layer"] == "L1" and pattern["cell_type"] == "Pattern"
-    hits = (await api.call("POST", "/v1/query", key, {"text": "deploy the api with helm charts", "k": 10})).json()
+    hits = (await api.send("POST", "/v1/query", key, {"text": "deploy the api with helm charts", "k": 10})).json()
     ids = [n["id"] for n in hits]
     assert pattern["id"] == ids[0] and nodes[0]["id"] not in ids and nodes[1]["id"] not in ids
     assert body["scene"]["member_count"] == 1
@@ -249,15 +249,15 @@ async def test_everything_survives_a_restart_on_the_same_data(make_core: Callabl
     first = make_core()
     api = Api(first)
     key = await api.key()
-    session_id = (await api.call("POST", "/v1/sessions", key, {"project_id": "p"})).json()["session_id"]
-    written = (await api.call("POST", "/v1/cells", key, cell("durable memory", session_id=session_id))).json()
+    session_id = (await api.send("POST", "/v1/sessions", key, {"project_id": "p"})).json()["session_id"]
+    written = (await api.send("POST", "/v1/cells", key, cell("durable memory", session_id=session_id))).json()
     await first.close()
     second = make_core()
     api2 = Api(second)
-    hits = (await api2.call("POST", "/v1/query", key, {"text": "durable memory", "k": 1})).json()
+    hits = (await api2.send("POST", "/v1/query", key, {"text": "durable memory", "k": 1})).json()
     assert hits[0]["id"] == written["id"] and hits[0]["scene_id"] == written["scene_id"]
-    assert (await api2.call("GET", f"/v1/scenes/{written['scene_id']}", key)).status_code == 200
-    assert (await api2.call("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
+    assert (await api2.send("GET", f"/v1/scenes/{written['scene_id']}", key)).status_code == 200
+    assert (await api2.send("DELETE", f"/v1/sessions/{session_id}", key)).json() == {"ok": True}
     await second.close()
 
 
@@ -305,7 +305,7 @@ async def test_a_chunked_body_over_the_cap_is_refused(make_core: Callable[..., M
         "/v1/cells", content=chunks(), headers={"x-service-key": key, "content-type": "application/json"}
     )
     assert_error(response, 400, "validation")
-    assert (await api.call("POST", "/v1/query", key, {"text": "x", "k": 5})).json() == []
+    assert (await api.send("POST", "/v1/query", key, {"text": "x", "k": 5})).json() == []
     await memesh.close()
 
 
@@ -313,37 +313,37 @@ async def test_a_batch_with_one_bad_cell_stores_nothing(api: Api) -> None:
     key = await api.key()
     good = {"content": "a perfectly good cell", "cell_type": "Fact"}
     bad = {"content": "names a missing scene", "cell_type": "Fact", "scene_id": "01a2040c-0000-7000-8000-000000000000"}
-    assert_error(await api.call("POST", "/v1/cells:batch", key, {"cells": [good, bad]}), 404, "not_found")
-    assert (await api.call("POST", "/v1/query", key, {"text": "a perfectly good cell", "k": 5})).json() == []
+    assert_error(await api.send("POST", "/v1/cells:batch", key, {"cells": [good, bad]}), 404, "not_found")
+    assert (await api.send("POST", "/v1/query", key, {"text": "a perfectly good cell", "k": 5})).json() == []
 
 
 async def test_scope_applies_to_writes_and_to_scene_pages(api: Api) -> None:
     writer = await api.key()
     scoped = await api.key(read_scope=["alpha"])
     for project in ("alpha", "beta", "alpha", "beta", "alpha"):
-        await api.call(
+        await api.send(
             "POST",
             "/v1/cells",
             writer,
             {"content": f"{project} unique topic {project}", "cell_type": "Fact", "project_id": project},
         )
-    outside = await api.call("POST", "/v1/cells", scoped, {"content": "x", "cell_type": "Fact", "project_id": "beta"})
+    outside = await api.send("POST", "/v1/cells", scoped, {"content": "x", "cell_type": "Fact", "project_id": "beta"})
     assert_error(outside, 403, "forbidden")
-    assert_error(await api.call("POST", "/v1/sessions", scoped, {"project_id": "beta"}), 403, "forbidden")
+    assert_error(await api.send("POST", "/v1/sessions", scoped, {"project_id": "beta"}), 403, "forbidden")
     seen, cursor = [], None
     for _ in range(10):
-        page = (await api.call("GET", "/v1/scenes", scoped, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
+        page = (await api.send("GET", "/v1/scenes", scoped, params={"limit": 1, **({"cursor": cursor} if cursor else {})})).json()
         seen += page["scenes"]
         cursor = page["next_cursor"]
         if cursor is None:
             break
-    everything = (await api.call("GET", "/v1/scenes", writer, params={"limit": 100})).json()["scenes"]
+    everything = (await api.send("GET", "/v1/scenes", writer, params={"limit": 100})).json()["scenes"]
     assert {s["id"] for s in seen} == {s["id"] for s in everything if s["project_id"] == "alpha"}
     assert seen and all(s["project_id"] == "alpha" for s in seen)
 
 
 async def test_healthz_tells_no_tenant_data(api: Api) -> None:
     key = await api.key()
-    await api.call("POST", "/v1/cells", key, {"content": "secret count", "cell_type": "Fact"})
+    await api.send("POST", "/v1/cells", key, {"content": "secret count", "cell_type": "Fact"})
     body = (await api.http.get("/healthz")).json()
     assert body["status"] == "ok" and "cells" not in body["detail"] and "agents" not in body["detail"]

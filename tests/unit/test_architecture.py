@@ -90,3 +90,11 @@ def test_no_actor_method_is_named_by_a_string() -> None:
         and node.args[0].value.islower()
     ]
     assert not offenders, offenders
+
+
+def test_no_module_outgrows_450_lines() -> None:
+    """Small modules (STYLE.md habit 7): tests, benches and generated code aside."""
+    long = {
+        p.relative_to(ROOT).as_posix(): n for pkg in ALLOWED for p in modules(pkg) if (n := len(p.read_text().splitlines())) > 450
+    }
+    assert not long, long

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.console_sessions import ConsoleSessions, PendingLogin, PendingLogins
+from api.console.sessions import ConsoleSessions, PendingLogin, PendingLogins
 from mesh.errors import QuotaExceeded
 from tests.unit.helpers import T0, later
 

@@ -27,9 +27,6 @@ from head.card_signing import (
     verify_import_signatures,
 )
 from mesh.descriptor import (
-    MAX_DEPTH,
-    MAX_DOCUMENT_BYTES,
-    MAX_SKILLS,
     CardShape,
     Descriptor,
     DescriptorFormat,
@@ -39,11 +36,9 @@ from mesh.descriptor import (
     Skill,
     descriptor_from_manual,
     import_origin,
-    is_same_import,
-    parse_a2a_card,
-    parse_acp_document,
-    parse_import,
 )
+from mesh.descriptor_import import is_same_import, parse_a2a_card, parse_acp_document, parse_import
+from mesh.descriptor_limits import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_SKILLS
 from mesh.errors import ValidationFailed
 
 FIXTURES = Path(__file__).parent / "fixtures" / "descriptors"

@@ -79,7 +79,7 @@ async def test_removed_and_expired_beacons_leave_memory_and_storage(make_core: C
     await core.inbox.place_beacon(owner, "kept")  # purges the agent's expired beacons first
     target = ref.target  # type: ignore[attr-defined]
     assert list(target.beacons) and len(target.beacons) == 1
-    assert await target._beacon_table.count() == 1
+    assert await target._beacon_table.rows.count() == 1
     assert target._tenants["t1"].index.size < 300  # the index is rebuilt, not grown for ever
     await core.close()
 
@@ -105,24 +105,24 @@ async def test_tenant_quotas_answer_quota_exceeded_without_retry_after(make_core
     api = Api(core)
     key = await api.key()
     batch = {"cells": [{"content": f"cell {n}", "cell_type": "Fact"} for n in range(4)]}
-    assert (await api.call("POST", "/v1/cells:batch", key, batch)).status_code == 201
-    refused = await api.call("POST", "/v1/cells:batch", key, batch)
+    assert (await api.send("POST", "/v1/cells:batch", key, batch)).status_code == 201
+    refused = await api.send("POST", "/v1/cells:batch", key, batch)
     assert_error(refused, 429, "quota_exceeded")
     assert "retry-after" not in refused.headers
-    assert (await api.call("POST", "/v1/cells", key, {"content": "the fifth", "cell_type": "Fact"})).status_code == 201
+    assert (await api.send("POST", "/v1/cells", key, {"content": "the fifth", "cell_type": "Fact"})).status_code == 201
     other_tenant = await api.key(tenant="t2")
-    assert (await api.call("POST", "/v1/cells", other_tenant, {"content": "mine", "cell_type": "Fact"})).status_code == 201
+    assert (await api.send("POST", "/v1/cells", other_tenant, {"content": "mine", "cell_type": "Fact"})).status_code == 201
     for n in range(2):
-        assert (await api.call("POST", "/v1/beacons", key, {"interest": f"b{n}"})).status_code == 200
-    assert_error(await api.call("POST", "/v1/beacons", key, {"interest": "b3"}), 429, "quota_exceeded")
+        assert (await api.send("POST", "/v1/beacons", key, {"interest": f"b{n}"})).status_code == 200
+    assert_error(await api.send("POST", "/v1/beacons", key, {"interest": "b3"}), 429, "quota_exceeded")
     await api.http.aclose()
     await core.close()
     sized = make_core(quotas={"max_bytes_per_tenant": 20_000})
     api = Api(sized)
     key = await api.key(tenant="t3")
     big = {"content": "x" * 16_000, "cell_type": "Fact"}
-    assert (await api.call("POST", "/v1/cells", key, big)).status_code == 201
-    assert_error(await api.call("POST", "/v1/cells", key, big), 429, "quota_exceeded")
+    assert (await api.send("POST", "/v1/cells", key, big)).status_code == 201
+    assert_error(await api.send("POST", "/v1/cells", key, big), 429, "quota_exceeded")
     await api.http.aclose()
     await sized.close()
 
@@ -207,7 +207,7 @@ async def test_a_consolidation_whose_commit_fails_leaves_nothing_behind(make_cor
         for s in (core.directory.scene_shard(0), core.directory.scene_shard(1))
         if scene_id in s.target.partition.scenes  # type: ignore[attr-defined]
     )
-    table = shard._cells
+    table = shard._cells.rows  # the RowTable under the KeyedTable
     real_append = table.append
     calls = 0
 

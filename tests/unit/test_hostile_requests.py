@@ -19,18 +19,18 @@ import httpx
 import numpy as np
 import pytest
 
-from api.admin_gate import SESSION_COOKIE
 from api.app import create_app
-from api.console_sessions import PendingLogin, PendingLogins, address_owner
+from api.console.gate import SESSION_COOKIE
+from api.console.sessions import PendingLogin, PendingLogins, address_owner
 from cluster.settings import Settings
 from head.embedding import Embedder, HashEngine, Matrix
 from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.errors import QuotaExceeded, RateLimited
 from mesh.identity import Principal, Role
-from mesh.partition import partition_key, shard_for
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.seam import beacon_set_index
+from mesh.sharding import partition_key, shard_for
 from mesh.vector_index import VectorIndex
 from tests.unit.conftest import ADMIN, Api, assert_error
 from tests.unit.test_admin_gate import CONFIG
@@ -44,11 +44,11 @@ async def test_a_beacon_expiry_is_bounded_and_the_next_start_loads_it(make_core:
     api = Api(core)
     key = await api.key(roles=("Reader",))
     for expires_at in ("9999-12-31T23:59:59-23:59", "9999-12-31T23:59:59+00:00", "2200-01-01T00:00:00Z"):
-        assert_error(await api.call("POST", "/v1/beacons", key, {"interest": "x", "expires_at": expires_at}), 400, "validation")
+        assert_error(await api.send("POST", "/v1/beacons", key, {"interest": "x", "expires_at": expires_at}), 400, "validation")
     for ttl in (0.001, 1e12):
-        assert_error(await api.call("POST", "/v1/beacons", key, {"interest": "x", "ttl_s": ttl}), 400, "validation")
+        assert_error(await api.send("POST", "/v1/beacons", key, {"interest": "x", "ttl_s": ttl}), 400, "validation")
     soon = datetime.now(UTC).replace(microsecond=0).year + 1
-    placed = await api.call("POST", "/v1/beacons", key, {"interest": "x", "expires_at": f"{soon}-01-01T00:00:00-05:00"})
+    placed = await api.send("POST", "/v1/beacons", key, {"interest": "x", "expires_at": f"{soon}-01-01T00:00:00-05:00"})
     assert placed.status_code == 200, placed.text
     principal = await core.identity.authenticate(key)
     ref = core.directory.beacon_set(beacon_set_index(core.directory, principal.agent_id))
@@ -66,17 +66,17 @@ async def test_client_vectors_of_extreme_scale_are_stored_unit_length(api: Api) 
     """L5: ``[1e30]*n`` and ``[1e-40]*n`` passed the check, then normalised to the zero vector."""
     key = await api.key()
     for value in (1e30, 1e-40, 1e300, 5e-324):
-        written = await api.call(
+        written = await api.send(
             "POST", "/v1/cells", key, {"content": f"scale {value}", "cell_type": "Fact", "embedding": [value] * DIMS}
         )
         assert written.status_code == 201, written.text
         assert np.linalg.norm(written.json()["embedding"]) == pytest.approx(1.0, abs=1e-3)
     assert_error(
-        await api.call("POST", "/v1/cells", key, {"content": "zero", "cell_type": "Fact", "embedding": [0.0] * DIMS}),
+        await api.send("POST", "/v1/cells", key, {"content": "zero", "cell_type": "Fact", "embedding": [0.0] * DIMS}),
         400,
         "validation",
     )
-    found = await api.call("POST", "/v1/query", key, {"embedding": [1.0] * DIMS, "k": 10})
+    found = await api.send("POST", "/v1/query", key, {"embedding": [1.0] * DIMS, "k": 10})
     assert len(found.json()) == 4
 
 
@@ -108,8 +108,8 @@ async def test_a_batch_spanning_shards_is_refused_whole(api: Api) -> None:
             {"content": "y", "cell_type": "Fact", "project_id": b, "scene_id": "0199a1b2-0000-7000-8000-000000000001"},
         ]
     }
-    assert_error(await api.call("POST", "/v1/cells:batch", key, body), 404, "not_found")
-    assert (await api.call("POST", "/v1/query", key, {"text": "the first half of a batch", "k": 5})).json() == []
+    assert_error(await api.send("POST", "/v1/cells:batch", key, body), 404, "not_found")
+    assert (await api.send("POST", "/v1/query", key, {"text": "the first half of a batch", "k": 5})).json() == []
 
 
 async def test_a_batch_is_charged_per_cell(make_core: Callable[..., Memesh]) -> None:
@@ -118,8 +118,8 @@ async def test_a_batch_is_charged_per_cell(make_core: Callable[..., Memesh]) -> 
     api = Api(core)
     key = await api.key()
     batch = {"cells": [{"content": f"cell {n}", "cell_type": "Fact"} for n in range(8)]}
-    assert (await api.call("POST", "/v1/cells:batch", key, batch)).status_code == 201
-    refused = await api.call("POST", "/v1/cells:batch", key, batch)
+    assert (await api.send("POST", "/v1/cells:batch", key, batch)).status_code == 201
+    refused = await api.send("POST", "/v1/cells:batch", key, batch)
     assert_error(refused, 429, "rate_limited")
     assert int(refused.headers["retry-after"]) >= 1
     await api.http.aclose()
@@ -173,17 +173,17 @@ async def test_bogus_keys_are_cached_and_throttled_per_address(make_core: Callab
 
     api = Api(core)
     good = await api.key()
-    assert (await api.call("POST", "/v1/query", good, {"text": "x"})).status_code == 200
+    assert (await api.send("POST", "/v1/query", good, {"text": "x"})).status_code == 200
     registry.authenticate = counting
     bogus = "msh_" + "x" * 43
     for _ in range(5):
-        assert_error(await api.call("POST", "/v1/query", bogus, {"text": "x"}), 401, "unauthorized")
+        assert_error(await api.send("POST", "/v1/query", bogus, {"text": "x"}), 401, "unauthorized")
     assert calls == 1  # the refusal is remembered
-    limited = await api.call("POST", "/v1/query", bogus, {"text": "x"})
+    limited = await api.send("POST", "/v1/query", bogus, {"text": "x"})
     assert_error(limited, 429, "rate_limited")
     assert calls == 1
     # The same address's valid key is not refused for its neighbour's guessing.
-    assert (await api.call("POST", "/v1/query", good, {"text": "x"})).status_code == 200
+    assert (await api.send("POST", "/v1/query", good, {"text": "x"})).status_code == 200
     await api.http.aclose()
     await core.close()
 

@@ -18,8 +18,10 @@ import pytest
 
 from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
-from actors.codecs import beacon_schema, beacons_from_arrow, beacons_to_arrow, cell_schema, cells_from_arrow
-from actors.storage import GroupCommitter, LanceStore, StorageConfig
+from actors.codecs import beacons_from_arrow, beacons_to_arrow, cells_from_arrow
+from actors.group_commit import GroupCommitter
+from actors.schemas import beacon_schema, cell_schema
+from actors.storage import LanceStore, StorageConfig
 from mesh.errors import ConfigInvalid, StorageUnavailable
 from mesh.model import Beacon, normalize
 

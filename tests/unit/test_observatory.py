@@ -15,7 +15,7 @@ import pytest
 
 from actors.directory import InProcessDirectory
 from actors.observatory import MAX_WAIT_S, Observatory, ObservatoryConfig
-from api.observatory import parse_since
+from api.console.observatory import parse_since
 from head.facade import Memesh
 from head.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
 from mesh.errors import QuotaExceeded, ValidationFailed
@@ -368,7 +368,7 @@ async def test_walks_record_content_free_events_with_exactly_the_spec_fields(cor
 
 async def test_metrics_expose_the_five_names_once(api: Api) -> None:
     key = await api.key()
-    await api.call("POST", "/v1/cells", key, {"content": "the build runs on ci", "cell_type": "Fact"})
+    await api.send("POST", "/v1/cells", key, {"content": "the build runs on ci", "cell_type": "Fact"})
     await settle(api.memesh)
     r = await api.http.get("/metrics")  # redirects are not followed: a mount would answer 307
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")

@@ -1,6 +1,6 @@
 """The observatory routes (``/admin/api/observatory/events`` and ``/stream``) over HTTP and WebSocket.
 
-The real admin session gate (``api.admin_gate``) is tested by its own
+The real admin session gate (``api.console.gate``) is tested by its own
 engineer. Here a tiny test-only middleware, :class:`AsOperator`, stands in
 for it: it puts a chosen :class:`Principal` in ``scope["state"]["principal"]``
 exactly where the gate does, so these tests judge the routes alone (tenant
@@ -24,8 +24,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actors.directory import InProcessDirectory
 from actors.observatory import Observatory, ObservatoryConfig
+from api.console.observatory import router
 from api.errors import install_error_handlers
-from api.observatory import router
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.identity import Principal, Role
 from tests.unit.test_observatory import EVENT_FIELDS, SPEC, hop

@@ -7,8 +7,9 @@ import pytest
 
 from mesh.errors import NotFound
 from mesh.model import CellType, Layer
-from mesh.partition import MemoryPartition, partition_key, shard_for
+from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
+from mesh.sharding import partition_key, shard_for
 from mesh.tuning import SceneTuning
 from tests.unit.helpers import T0, cell, direction, later, uid
 

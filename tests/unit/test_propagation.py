@@ -104,42 +104,42 @@ async def test_pull_over_http(api: Api, make_core: Callable[..., Memesh]) -> Non
     core = api.memesh
     reader_key = await api.key(roles=("Reader",))
     writer_key = await api.key()
-    placed = await api.call("POST", "/v1/beacons", reader_key, {"interest": "grpc deadline exceeded retries"})
+    placed = await api.send("POST", "/v1/beacons", reader_key, {"interest": "grpc deadline exceeded retries"})
     assert placed.status_code == 200 and set(placed.json()) == {"node_id"}
     for i in range(3):
-        r = await api.call(
+        r = await api.send(
             "POST", "/v1/cells", writer_key, {"content": f"grpc deadline exceeded retries case {i}", "cell_type": "Lesson"}
         )
         assert r.status_code == 201
     await settle(core)
-    page = (await api.call("POST", "/v1/inbox:pull", reader_key, {})).json()
+    page = (await api.send("POST", "/v1/inbox:pull", reader_key, {})).json()
     assert set(page) == {"items", "cursor", "window_high", "has_more"}
     assert len(page["items"]) == 3 and page["cursor"] == 0 and page["window_high"] == 3 and page["has_more"] is False
     scores = [i["delivery"]["score"] for i in page["items"]]
     assert scores == sorted(scores, reverse=True)
     no_body = await api.http.post("/v1/inbox:pull", headers={"x-service-key": reader_key})
     assert no_body.status_code == 200 and len(no_body.json()["items"]) == 3
-    acked = (await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": 2, "limit": 1})).json()
+    acked = (await api.send("POST", "/v1/inbox:pull", reader_key, {"ack": 2, "limit": 1})).json()
     assert acked["cursor"] == 2 and [i["delivery_seq"] for i in acked["items"]] == [3]
-    assert (await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": 1})).json()["cursor"] == 2
-    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": -1}), 400, "validation")
-    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"ack": "1"}), 422, "validation")
-    assert_error(await api.call("POST", "/v1/inbox:pull", reader_key, {"agent_id": "x"}), 422, "validation")
-    assert_error(await api.call("POST", "/v1/inbox:pull", None, {}), 401, "unauthorized")
+    assert (await api.send("POST", "/v1/inbox:pull", reader_key, {"ack": 1})).json()["cursor"] == 2
+    assert_error(await api.send("POST", "/v1/inbox:pull", reader_key, {"ack": -1}), 400, "validation")
+    assert_error(await api.send("POST", "/v1/inbox:pull", reader_key, {"ack": "1"}), 422, "validation")
+    assert_error(await api.send("POST", "/v1/inbox:pull", reader_key, {"agent_id": "x"}), 422, "validation")
+    assert_error(await api.send("POST", "/v1/inbox:pull", None, {}), 401, "unauthorized")
     bad_type = await api.http.post(
         "/v1/inbox:pull", content=b"ack=1", headers={"x-service-key": reader_key, "content-type": "text/plain"}
     )
     assert_error(bad_type, 415, "validation")
     beacon_id = placed.json()["node_id"]
-    assert_error(await api.call("DELETE", f"/v1/beacons/{beacon_id}", writer_key), 404, "not_found")
-    assert (await api.call("DELETE", f"/v1/beacons/{beacon_id}", reader_key)).json() == {"ok": True}
+    assert_error(await api.send("DELETE", f"/v1/beacons/{beacon_id}", writer_key), 404, "not_found")
+    assert (await api.send("DELETE", f"/v1/beacons/{beacon_id}", reader_key)).json() == {"ok": True}
     assert_error(
-        await api.call("POST", "/v1/beacons", reader_key, {"interest": "x", "ttl_s": 5, "expires_at": "2030-01-01T00:00:00Z"}),
+        await api.send("POST", "/v1/beacons", reader_key, {"interest": "x", "ttl_s": 5, "expires_at": "2030-01-01T00:00:00Z"}),
         400,
         "validation",
     )
     assert_error(
-        await api.call("POST", "/v1/beacons", reader_key, {"interest": "x", "expires_at": "2001-01-01T00:00:00Z"}),
+        await api.send("POST", "/v1/beacons", reader_key, {"interest": "x", "expires_at": "2001-01-01T00:00:00Z"}),
         400,
         "validation",
     )
@@ -149,11 +149,11 @@ async def test_the_inbox_bucket_limits_pulls(make_core: Callable[..., Memesh]) -
     core = make_core(rate_limits={"inbox": {"rate": 0.1, "burst": 2}})
     api = Api(core)
     key = await api.key()
-    statuses = [(await api.call("POST", "/v1/inbox:pull", key, {})).status_code for _ in range(3)]
+    statuses = [(await api.send("POST", "/v1/inbox:pull", key, {})).status_code for _ in range(3)]
     assert statuses == [200, 200, 429]
-    limited = await api.call("POST", "/v1/inbox:pull", key, {})
+    limited = await api.send("POST", "/v1/inbox:pull", key, {})
     assert_error(limited, 429, "rate_limited") and int(limited.headers["retry-after"]) >= 1
-    assert (await api.call("POST", "/v1/query", key, {"text": "x", "k": 1})).status_code == 200  # other buckets unaffected
+    assert (await api.send("POST", "/v1/query", key, {"text": "x", "k": 1})).status_code == 200  # other buckets unaffected
     await core.close()
 
 
@@ -215,16 +215,18 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
         for i in range(2)
         if listener.agent_id in core.directory.inbox_shard(i).target._inboxes
     )  # type: ignore[attr-defined]
-    table = shard._cursors
-    real_upsert, calls = table.upsert, []
+    table = shard._cursors.rows  # the RowTable under the KeyedTable: a first cursor is appended, a later one upserted
+    real_append, real_upsert, calls = table.append, table.upsert, []
 
-    async def failing_once(rows: Any, key: str = "id") -> None:
-        calls.append(rows.num_rows)
-        if len(calls) == 1:
-            raise StorageUnavailable("disk full")
-        await real_upsert(rows, key)
+    async def fail_first_commit(commit: Any, rows: Any, *key: str) -> None:
+        if rows.num_rows:
+            calls.append(rows.num_rows)
+            if len(calls) == 1:
+                raise StorageUnavailable("disk full")
+        await commit(rows, *key)
 
-    table.upsert = failing_once
+    table.append = lambda rows: fail_first_commit(real_append, rows)
+    table.upsert = lambda rows, key="id": fail_first_commit(real_upsert, rows, key)
     try:
         await core.inbox.pull(listener, None, 1, None)
         raise AssertionError("the failed cursor commit was acknowledged")
@@ -232,5 +234,5 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
         pass
     page = await core.inbox.pull(listener, None, 1, None)  # the same ack again: now it must really commit
     assert page.cursor == 1 and len(calls) == 2
-    stored = (await shard._cursors.read_all()).to_pylist()
+    stored = (await shard._cursors.rows.read_all()).to_pylist()
     assert {"id": listener.agent_id, "cursor": 1} in stored

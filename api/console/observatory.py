@@ -1,7 +1,7 @@
 """The observatory under ``/admin/api/observatory`` (snapshot and WebSocket stream).
 
-Both routes sit behind the admin session gate (``api.admin_gate``), which puts
-the operator's principal in the scope state before anything here runs. A
+Both routes sit behind the admin session gate (:mod:`api.console.gate`), which
+puts the operator's principal in the scope state before anything here runs. A
 ServiceAdmin sees every tenant; a ProjectAdmin only events whose
 ``tenant_id`` is its own (spec rule 11, section 6).
 
@@ -18,7 +18,7 @@ Stream protocol (``GET /admin/api/observatory/stream``, docs/observatory.md):
 The operator's session is checked again before every page and batch sent, and
 at once when the operator's agent is revoked, suspended or rotated, or a
 session of it logs out, on this head: a failed check closes the stream (1008)
-before anything else is sent.
+before anything else is sent (frames and close codes: :mod:`api.websocket`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Request, WebSocket
+from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
-from starlette.requests import HTTPConnection
 from starlette.websockets import WebSocketState
 
-from api.errors import STATUS, envelope, memesh_error_response
+from api.deps import Core, Operator, operator_of
+from api.websocket import close_with, deny, first_to_finish
 from head.observatory_hub import ObservatoryHub, Resync, Subscription
-from mesh.errors import Forbidden, MemeshError, Unauthorized, ValidationFailed
+from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Principal
 
 log = logging.getLogger(__name__)
@@ -75,51 +75,29 @@ def parse_since(value: str | None) -> float | None:
         raise ValidationFailed("since is not a valid date-time") from exc
 
 
-def _operator(connection: HTTPConnection) -> Principal:
-    """The operator the session gate resolved; 401 / 403 should the gate ever not have run."""
-    principal = connection.scope.get("state", {}).get("principal")
-    if not isinstance(principal, Principal):
-        raise Unauthorized("an operator session is required")
-    if not principal.is_admin:
-        raise Forbidden("the observatory is for operators")
-    return principal
-
-
 def tenant_filter(principal: Principal) -> str | None:
     """The one tenant an operator may watch, or None for a ServiceAdmin (every tenant)."""
     return None if principal.is_service_admin else principal.tenant_id
 
 
-def _request_operator(request: Request) -> Principal:
-    return _operator(request)
-
-
-def _hub(connection: HTTPConnection) -> ObservatoryHub:
-    hub: ObservatoryHub = connection.app.state.memesh.observatory
-    return hub
-
-
-Operator = Annotated[Principal, Depends(_request_operator)]
-
-
 @router.get("/events", include_in_schema=False)
-async def events(operator: Operator, request: Request, since: str | None = None, limit: int = DEFAULT_LIMIT) -> JSONResponse:
+async def events(operator: Operator, core: Core, since: str | None = None, limit: int = DEFAULT_LIMIT) -> JSONResponse:
     """The newest ``limit`` retained events (at most MAX_LIMIT) received at or after ``since``; newest last."""
     if limit < 1:
         raise ValidationFailed("limit must be at least 1")
-    found = await _hub(request).snapshot(parse_since(since), min(limit, MAX_LIMIT), tenant_filter(operator))
+    found = await core.observatory.snapshot(parse_since(since), min(limit, MAX_LIMIT), tenant_filter(operator))
     return JSONResponse(found)
 
 
 @router.websocket("/stream")
-async def stream(websocket: WebSocket) -> None:
-    hub = _hub(websocket)
+async def stream(websocket: WebSocket, core: Core) -> None:
+    hub = core.observatory
     try:
-        operator = _operator(websocket)
+        operator = operator_of(websocket)
         since = parse_since(websocket.query_params.get("since"))
         subscription = await hub.subscribe(tenant_filter(operator))
     except MemeshError as exc:
-        await websocket.send_denial_response(memesh_error_response(exc))
+        await deny(websocket, exc)
         return
     readmit = _readmission(websocket)
     try:
@@ -128,17 +106,13 @@ async def stream(websocket: WebSocket) -> None:
             sender = asyncio.create_task(_send(websocket, hub, subscription, since, readmit))
             receiver = asyncio.create_task(_until_disconnect(websocket))
             guard = asyncio.create_task(_until_refused(changed, readmit))
-            done, pending = await asyncio.wait({sender, receiver, guard}, return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            done = await first_to_finish(sender, receiver, guard)
             ended = next((t for t in (guard, sender) if t in done and not t.cancelled()), None)
             if ended is not None:
                 failure = ended.exception()
                 if failure is not None and not isinstance(failure, MemeshError):
                     log.warning("observatory stream stopped: %r", failure)
-                await _close(websocket, failure if isinstance(failure, MemeshError) else None)
+                await close_with(websocket, failure if isinstance(failure, MemeshError) else None)
     finally:
         subscription.close()
 
@@ -204,15 +178,3 @@ async def _until_disconnect(websocket: WebSocket) -> None:
 
 def _frame(event: dict[str, Any]) -> str:
     return json.dumps(event, separators=(",", ":"))
-
-
-async def _close(websocket: WebSocket, error: MemeshError | None) -> None:
-    """Close after an ``{"error"}`` frame (1011 / 1008) when ``error``, else 1001 (the server is going away)."""
-    if websocket.application_state is not WebSocketState.CONNECTED:
-        return
-    with contextlib.suppress(Exception):
-        if error is None:
-            await websocket.close(code=1001)
-            return
-        await websocket.send_text(json.dumps(envelope(error.code, error.message)))
-        await websocket.close(code=1008 if STATUS[error.code][0] < 500 else 1011)

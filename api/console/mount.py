@@ -1,14 +1,15 @@
 """The control plane over REST (``/admin``), mounted only when ``admin.console_enabled`` is set.
 
 ``mount_admin`` adds, to an app built by :func:`api.app.create_app`:
-- the console login and session routes (:mod:`api.admin_auth`);
-- the operator API (:mod:`api.admin_api`) and the observatory
-  (:mod:`api.observatory`), both under ``/admin/api``;
-- the :class:`~api.admin_gate.AdminGate` in front of every ``/admin/api/*``
+- the console login and session routes (:mod:`api.console.login`, over the
+  login state of :mod:`api.console.oidc`);
+- the operator API (:mod:`api.console.operator_api`) and the observatory
+  (:mod:`api.console.observatory`), both under ``/admin/api``;
+- the :class:`~api.console.gate.AdminGate` in front of every ``/admin/api/*``
   request and WebSocket handshake (session first, then role, body checks and
   the Admin bucket).
 
-Console sessions live in this process only (:mod:`api.console_sessions`):
+Console sessions live in this process only (:mod:`api.console.sessions`):
 restarting the head logs operators out.
 """
 
@@ -16,20 +17,20 @@ from __future__ import annotations
 
 from fastapi import FastAPI, WebSocket
 
-from api import admin_api, observatory
-from api.admin_auth import Console, ConsoleConfig
-from api.admin_auth import router as auth_router
-from api.admin_gate import AdminGate
-from api.errors import error_response
+from api.console import observatory, operator_api
+from api.console.gate import AdminGate
+from api.console.login import router as auth_router
+from api.console.oidc import Console, ConsoleConfig
+from api.websocket import deny
 from head.facade import Memesh
-from mesh.errors import ErrorCode
+from mesh.errors import NotFound
 
 __all__ = ["ConsoleConfig", "mount_admin"]
 
 
 async def _no_such_stream(websocket: WebSocket) -> None:
     """A WebSocket handshake to an /admin/api path that serves none: 404 in the envelope, before any upgrade."""
-    await websocket.send_denial_response(error_response(404, ErrorCode.NOT_FOUND, "no WebSocket is served at this path"))
+    await deny(websocket, NotFound("no WebSocket is served at this path"))
 
 
 def mount_admin(
@@ -43,7 +44,7 @@ def mount_admin(
     console = Console(console_config, memesh)
     app.state.console = console
     app.include_router(auth_router)
-    app.include_router(admin_api.router)
+    app.include_router(operator_api.router)
     app.include_router(observatory.router)
     app.add_api_websocket_route("/admin/api/{rest:path}", _no_such_stream)  # after every real WebSocket route
     app.add_middleware(

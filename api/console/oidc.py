@@ -1,36 +1,31 @@
-"""The operator console's login: OIDC Authorization-Code with PKCE (Authlib), server-side sessions.
+"""The operator console's login state: OIDC Authorization-Code with PKCE (Authlib), server-side sessions.
 
-Routes (mounted only when the console is enabled, ``api.admin.mount_admin``):
+:class:`Console` is, on this head, the OIDC client, the logins under way and
+the console sessions (:mod:`api.console.sessions`); the routes that drive it
+are :mod:`api.console.login`. Guarantees:
 
-- ``GET /admin/auth/login``: 302 to the provider's authorize URL, with PKCE
-  (S256), a nonce and a state. The state also goes in a transient cookie
-  (``service_admin_login_state``: HttpOnly, SameSite=Lax, Path=/admin/auth,
-  Secure over TLS, max-age ``state_ttl_s``); nonce and verifier stay on this
-  head, keyed by the state.
-- ``GET /admin/auth/callback``: the state parameter must equal the cookie and
-  name a pending login (taken once). The code is exchanged with the verifier;
-  the ID token's signature (the provider's JWKS, from its discovery document),
-  ``iss``, ``aud``, ``exp`` and ``nonce`` are checked by Authlib/joserfc; ``sub``
-  must resolve to an *active* agent. Success: an AuthSuccess row, a new
-  session, the cookie ``service_admin_session`` (HttpOnly, SameSite=Lax,
-  Path=/admin, Secure over TLS) and a 302 to ``/admin``. Any failure: an
-  AuthFailure row and the spec envelope (400 ``validation`` for state
-  problems, 401 ``unauthorized`` for a refused or unbound login, 503 when the
-  provider does not answer). Both answers clear the state cookie.
-- ``POST /admin/auth/logout``: drops the session server-side, clears the
-  cookie, 204; idempotent.
-- ``GET /admin/api/me``: the session's identity (behind ``api.admin_gate``;
-  no audit, no rate charge).
-- ``GET /admin``: a static landing page (the callback's redirect target).
-
-Login does not require an admin role: a non-admin subject logs in and then
-gets 403 from the gate. Nothing from the provider (code, tokens, ID token) is
-kept after the callback, logged or written to an audit row; the session
-cookie is an opaque random id, never a token.
-
-Callback failures before the provider vouched for a subject (a forged state,
-a provider error) are charged to one shared Admin bucket, so unauthenticated
-clients cannot grow the audit log faster than the Admin rate (429 beyond it).
+- A login starts (:meth:`Console.begin`) with PKCE (S256), a nonce and a
+  state. The state also goes in a transient cookie (``STATE_COOKIE``); nonce
+  and verifier stay on this head, keyed by the state. Starting a login is
+  charged to the Admin bucket of the caller's address, and the table of
+  logins under way is bounded (429 ``quota_exceeded`` beyond it).
+- A login completes (:meth:`Console.complete`) only when the state parameter
+  equals the cookie and names a pending login (taken once). The code is
+  exchanged with the verifier; the ID token's signature (the provider's JWKS,
+  from its discovery document), ``iss``, ``aud``, ``exp`` and ``nonce`` are
+  checked by Authlib/joserfc; ``sub`` must resolve to an *active* agent.
+  Success writes an AuthSuccess row. Any failure writes an AuthFailure row
+  and raises ValidationFailed (state problems, 400), Unauthorized (a refused
+  or unbound login, 401) or Unavailable (the provider does not answer, 503).
+- Login does not require an admin role: a non-admin subject logs in and then
+  gets 403 from the gate (:mod:`api.console.gate`).
+- Nothing from the provider (code, tokens, ID token) is kept after the
+  callback, logged or written to an audit row; the session cookie is an
+  opaque random id, never a token.
+- Callback failures before the provider vouched for a subject (a forged
+  state, a provider error) are charged to the address's AuthFailures bucket
+  and to one shared Admin bucket, so unauthenticated clients cannot grow the
+  audit log faster than the Admin rate (429 beyond it).
 """
 
 from __future__ import annotations
@@ -39,26 +34,20 @@ import hmac
 import logging
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import httpx2  # the HTTP client Authlib uses (its httpx fallback is deprecated)
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.base_client import OAuthError
 from authlib.integrations.starlette_client import OAuth
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi import Request
 from joserfc.errors import JoseError
-from pydantic import BaseModel
 
-from api.admin_gate import SESSION_COOKIE
-from api.console_sessions import ConsoleSession, ConsoleSessions, PendingLogin, PendingLogins, address_owner
-from api.errors import error_response, memesh_error_response
-from api.gate_common import cross_origin, header_map
+from api.console.sessions import ConsoleSessions, PendingLogin, PendingLogins, address_owner
 from head.clock import utc_now
 from head.facade import Bucket, Memesh
-from mesh.errors import ConfigInvalid, ErrorCode, MemeshError, Unauthorized, Unavailable, ValidationFailed
+from mesh.errors import ConfigInvalid, MemeshError, Unauthorized, Unavailable, ValidationFailed
 from mesh.identity import Principal
 from mesh.ids import Clock
 
@@ -66,10 +55,7 @@ log = logging.getLogger(__name__)
 
 STATE_COOKIE = "service_admin_login_state"
 LOGIN_PATH = "/admin/auth/login"
-LOGOUT_PATH = "/admin/auth/logout"
 CALLBACK_PATH = "/admin/auth/callback"
-STATE_COOKIE_PATH = "/admin/auth"
-SESSION_COOKIE_PATH = "/admin"
 # The actor charged for callback failures no subject is known for (one shared bucket).
 _ANONYMOUS_LOGINS = Principal(agent_id="anonymous-console-logins", tenant_id="", roles=frozenset())
 _PROVIDER_ERROR = re.compile(r"[a-z0-9_.-]{1,64}")
@@ -89,15 +75,6 @@ class ConsoleConfig:
     max_sessions: int = 10_000
     max_pending_logins: int = 10_000
     provider_timeout_s: float = 10.0
-
-
-class MeOut(BaseModel):
-    agent_id: str
-    tenant_id: str
-    roles: list[str]
-    display_name: str
-    subject: str
-    expires_at: datetime
 
 
 def _origin(url: str) -> str:
@@ -252,105 +229,4 @@ class Console:
         raise error
 
 
-def _console(request: Request) -> Console:
-    console: Console = request.app.state.console
-    return console
-
-
-ConsoleDep = Annotated[Console, Depends(_console)]
-router = APIRouter(include_in_schema=False)
-
-_LANDING = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>memesh operator console</title></head>
-<body><h1>memesh operator console</h1>
-<p><a href="/admin/auth/login">Log in</a> with your identity provider.
-Signed-in operators use <code>/admin/api/*</code>; <code>/admin/api/me</code> shows the session.</p>
-<form method="post" action="/admin/auth/logout"><button type="submit">Log out</button></form>
-</body></html>
-"""
-
-
-def _clear_state_cookie(response: Response, secure: bool) -> None:
-    response.delete_cookie(STATE_COOKIE, path=STATE_COOKIE_PATH, secure=secure, httponly=True, samesite="lax")
-
-
-@router.get("/admin")
-async def landing() -> HTMLResponse:
-    headers = {"Content-Security-Policy": "default-src 'none'; form-action 'self'; frame-ancestors 'none'"}
-    return HTMLResponse(_LANDING, headers=headers)
-
-
-@router.get(LOGIN_PATH)
-async def login(request: Request, console: ConsoleDep) -> Response:
-    url, state = await console.begin(request)
-    response = RedirectResponse(url, status_code=302, headers={"Cache-Control": "no-store"})
-    response.set_cookie(
-        STATE_COOKIE,
-        state,
-        max_age=max(1, int(console.config.state_ttl_s)),
-        path=STATE_COOKIE_PATH,
-        secure=console.secure(request),
-        httponly=True,
-        samesite="lax",
-    )
-    return response
-
-
-@router.get(CALLBACK_PATH)
-async def callback(request: Request, console: ConsoleDep) -> Response:
-    secure = console.secure(request)
-    try:
-        principal, subject = await console.complete(request)
-    except MemeshError as exc:
-        failed = memesh_error_response(exc)
-        _clear_state_cookie(failed, secure)
-        return failed
-    token, _ = console.sessions.open(principal.agent_id, subject, console.clock())
-    response = RedirectResponse("/admin", status_code=302, headers={"Cache-Control": "no-store"})
-    response.set_cookie(
-        SESSION_COOKIE,
-        token,
-        max_age=max(1, int(console.config.session_ttl_s)),
-        path=SESSION_COOKIE_PATH,
-        secure=secure,
-        httponly=True,
-        samesite="lax",
-    )
-    _clear_state_cookie(response, secure)
-    return response
-
-
-@router.post(LOGOUT_PATH, status_code=204)
-async def logout(request: Request, console: ConsoleDep) -> Response:
-    """Drop the session server-side (a browser request from another origin is refused with 403). Open
-    observatory streams of the session's operator check their session again at once, and close."""
-    if cross_origin(request.scope, header_map(request.scope), console.allowed_origins):
-        return error_response(403, ErrorCode.FORBIDDEN, "cross-origin request refused")
-    token = request.cookies.get(SESSION_COOKIE)
-    session = console.sessions.get(token, console.clock())
-    console.sessions.drop(token, console.clock())
-    if session is not None:
-        console.memesh.identity.nudge(session.agent_id)
-    response = Response(status_code=204)
-    response.delete_cookie(
-        SESSION_COOKIE, path=SESSION_COOKIE_PATH, secure=console.secure(request), httponly=True, samesite="lax"
-    )
-    return response
-
-
-@router.get("/admin/api/me", response_model=MeOut)
-async def me(request: Request, console: ConsoleDep) -> MeOut:
-    principal: Principal = request.state.principal
-    session: ConsoleSession = request.state.console_session
-    agent = await console.memesh.identity.get(principal, principal.agent_id)
-    return MeOut(
-        agent_id=agent.id,
-        tenant_id=agent.tenant_id,
-        roles=sorted(r.value for r in agent.roles),
-        display_name=agent.display_name,
-        subject=session.subject,
-        expires_at=session.expires_at,
-    )
-
-
-__all__ = ["CALLBACK_PATH", "LOGIN_PATH", "LOGOUT_PATH", "STATE_COOKIE", "Console", "ConsoleConfig", "MeOut", "router"]
+__all__ = ["CALLBACK_PATH", "LOGIN_PATH", "STATE_COOKIE", "Console", "ConsoleConfig"]

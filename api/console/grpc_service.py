@@ -1,7 +1,10 @@
-"""The gRPC AdminService: the agent lifecycle over the facade.
+"""The gRPC AdminService: the agent lifecycle and data lifecycle over the facade.
 
-Authenticates the ``x-service-key`` metadata, charges the Admin bucket, calls
-one use case, and maps errors through the one table in ``api.errors``.
+Every call is admitted by :func:`api.admission.admit_grpc` (the
+``x-service-key`` metadata, one token of the Admin bucket), then refused
+before any dispatch unless its principal is an admin (an ``AuthzDenied``
+audit row), then runs one use case. Errors map through the one table in
+:mod:`api.errors` (UNAUTHENTICATED, PERMISSION_DENIED, RESOURCE_EXHAUSTED...).
 """
 
 from __future__ import annotations
@@ -11,24 +14,17 @@ from typing import Any, TypeVar
 
 import grpc
 
-from api.admin_schemas import AgentOut, rfc3339
+from api.admission import admit_grpc
+from api.console.schemas import AgentOut
 from api.errors import grpc_status
 from head.facade import Bucket, Memesh
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Agent, Principal
+from mesh.times import rfc3339
 
 T = TypeVar("T")
-
-
-def peer_address(context: grpc.aio.ServicerContext) -> str:
-    """The caller's address from gRPC's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
-    peer = str(context.peer() or "")
-    kind, _, rest = peer.partition(":")
-    if kind == "ipv6":
-        return rest.rsplit("]", 1)[0].lstrip("[")
-    return rest.rsplit(":", 1)[0] if kind == "ipv4" else peer or "unknown"
 
 
 def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
@@ -42,8 +38,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[Principal], Awaitable[T]]) -> T:
         try:
-            key = dict(context.invocation_metadata() or ()).get("x-service-key")
-            principal = await self.memesh.authenticate(key if isinstance(key, str) else None, Bucket.ADMIN, peer_address(context))
+            principal = await admit_grpc(self.memesh, context, Bucket.ADMIN)
             await self.memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
             return await work(principal)
         except MemeshError as exc:

@@ -1,5 +1,5 @@
-"""Chores an actor runs on its own event loop besides its calls: repeated ones (retention sweeps,
-started once it has loaded) and one-off ones it does not make its caller wait for."""
+"""An actor's life besides its calls: loading its tables once (``LoadOnce``), repeated chores
+(retention sweeps, started once it has loaded) and one-off ones it does not make its caller wait for."""
 
 from __future__ import annotations
 
@@ -68,6 +68,32 @@ class Background:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    @property
+    def busy(self) -> bool:
+        """True while a chore started here has not ended."""
+        return any(not t.done() for t in self._tasks)
+
     async def drain(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class LoadOnce:
+    """Runs an actor's async loader exactly once, on first use; concurrent callers wait for it.
+
+    (A Ray actor's constructor cannot await, so actors load their tables lazily.)
+    A loader that fails leaves nothing marked loaded: the next call tries again.
+    """
+
+    def __init__(self, loader: Callable[[], Awaitable[None]]) -> None:
+        self._loader = loader
+        self._done = False
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> None:
+        if self._done:
+            return
+        async with self._lock:
+            if not self._done:
+                await self._loader()
+                self._done = True

@@ -7,7 +7,6 @@ never carries a secret; only issue and rotate answer with ``plaintext_secret``.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
@@ -15,14 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from head.reembed import ReembedJob
 from mesh.erasure import EraseCounts
 from mesh.identity import Agent
+from mesh.times import rfc3339
 
 
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-def rfc3339(ts: datetime) -> str:
-    return ts.isoformat().replace("+00:00", "Z")
 
 
 class AgentIssueIn(_Request):

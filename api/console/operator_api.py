@@ -1,21 +1,22 @@
 """The operator REST API under ``/admin/api``: agents, descriptors, data lifecycle, jobs.
 
-Every route sits behind the admin session gate (``api.admin_gate``): by the
-time a handler runs, the console session was checked (401 / 403 first, even
-for a malformed body), the Admin bucket was charged, and the operator's
-principal is in ``request.state.principal``. Handlers decode, call one use
-case of the facade, and encode; authority, tenancy and audit live in the
-use cases.
+Every route sits behind the admin session gate (:mod:`api.console.gate`): by
+the time a handler runs, the console session was checked (401 / 403 first,
+even for a malformed body), the Admin bucket was charged, and the operator's
+principal is the ``Operator`` dependency (:mod:`api.deps`). Handlers decode,
+call one use case of the facade, and encode; authority, tenancy and audit
+live in the use cases. The published erasure-receipt keys
+(``public_router``) need no session.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from api.admin_schemas import (
+from api.console.schemas import (
     AgentIssueIn,
     AgentListOut,
     AgentOut,
@@ -28,24 +29,9 @@ from api.admin_schemas import (
     NodeDeleteIn,
 )
 from api.cursors import decode_cursor, encode_cursor
-from head.facade import Memesh
+from api.deps import Core, Operator
 from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import ValidationFailed
-from mesh.identity import Principal
-
-
-def _core(request: Request) -> Memesh:
-    memesh: Memesh = request.app.state.memesh
-    return memesh
-
-
-def _operator(request: Request) -> Principal:
-    principal: Principal = request.scope["state"]["principal"]
-    return principal
-
-
-Core = Annotated[Memesh, Depends(_core)]
-Operator = Annotated[Principal, Depends(_operator)]
 
 router = APIRouter(prefix="/admin/api")
 

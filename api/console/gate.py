@@ -17,8 +17,8 @@ For every HTTP request and WebSocket handshake under ``/admin/api/``:
    ``Retry-After`` when empty), for every path except ``GET /admin/api/me``,
    including paths no route serves (they are charged, then get 404).
 5. The principal is put in ``scope["state"]["principal"]`` (routes read
-   ``request.state.principal`` or ``websocket.state.principal``) and the
-   console session in ``scope["state"]["console_session"]``, and the check
+   the ``Operator`` dependency of :mod:`api.deps`) and the console session in
+   ``scope["state"]["console_session"]`` (``OperatorSession``), and the check
    itself in ``scope["state"]["readmit"]`` (a WebSocket stream runs it again
    before each batch it sends, so a revoked agent or a logged-out session
    stops receiving at once); HTTP requests
@@ -35,7 +35,7 @@ import functools
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.console_sessions import ConsoleSession, ConsoleSessions
+from api.console.sessions import ConsoleSession, ConsoleSessions
 from api.errors import error_response, memesh_error_response
 from api.gate_common import body_refusal, cross_origin, header_map, refuse, run_guarded
 from head.clock import utc_now

@@ -1,0 +1,66 @@
+"""The deployment manifest: the shape a deployment's data was written with, kept beside the data.
+
+Kept in the storage every node reaches (not on one head's disk), so a head
+started elsewhere with another shard count or vector width is refused, and
+every erasure-receipt key the deployment signed with stays listed. Owned by
+the Registry actor (its only writer).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from actors.schemas import MANIFEST_SCHEMA
+from actors.storage import KeyedTable
+from mesh.errors import ConfigInvalid
+
+
+class DeploymentManifest:
+    """Key -> JSON value rows of the ``deployment_manifest`` table."""
+
+    def __init__(self, table: KeyedTable) -> None:
+        self._table = table
+
+    async def _stored(self) -> dict[str, Any]:
+        return {r["key"]: json.loads(r["value"]) for r in (await self._table.load()).to_pylist()}
+
+    async def _put(self, values: dict[str, Any]) -> None:
+        rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(values.items())]
+        await self._table.write(pa.Table.from_pylist(rows, schema=MANIFEST_SCHEMA))
+
+    async def claim(self, wanted: dict[str, str | int]) -> str | None:
+        """Record ``wanted`` on first start; refuse a different shape later (ConfigInvalid).
+
+        The embedding engine may differ at equal ``dims``: the answer is then
+        the engine the stored corpus was made with (serve with it, and reembed
+        to move to the configured one); None when they agree.
+        """
+        stored = await self._stored()
+        if not stored:
+            await self._put(dict(wanted))
+            return None
+        engine = stored.get("embedding_engine")
+        if "dims" in stored and wanted.get("dims") != stored["dims"]:
+            raise ConfigInvalid(
+                f"embedding_engine {wanted.get('embedding_engine')!r} makes {wanted.get('dims')} dims "
+                f"but this data was written with {engine!r} ({stored['dims']} dims)"
+            )
+        for key, value in wanted.items():
+            if key != "embedding_engine" and key in stored and stored[key] != value:
+                raise ConfigInvalid(f"{key} is {value!r} but this data was written with {stored[key]!r}")
+        return None if engine in (None, wanted.get("embedding_engine")) else str(engine)
+
+    async def set_corpus_engine(self, engine: str) -> None:
+        """Record that every stored vector is now made by ``engine`` (a reembed's switch)."""
+        await self._put({"embedding_engine": engine})
+
+    async def remember_erasure_key(self, public_jwk: dict[str, Any]) -> list[dict[str, Any]]:
+        """Add an erasure-receipt public key (once per ``kid``); every key the deployment ever signed with."""
+        keys: list[dict[str, Any]] = list((await self._stored()).get("erasure_keys", []))
+        if all(k.get("kid") != public_jwk.get("kid") for k in keys):
+            keys.append(public_jwk)
+            await self._put({"erasure_keys": keys})
+        return keys

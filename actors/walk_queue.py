@@ -1,0 +1,169 @@
+"""The walks a scene shard's writes start: queued, run in lockstep batches, recorded once done.
+
+Guarantees:
+- Every committed live cell's walk runs once, in the background, after its
+  write was acknowledged; its completion is recorded in
+  ``scene_shard_<n>_propagated``, and a restarted shard replays the walks of
+  cells without that record (deliveries are idempotent by id, and a replayed
+  walk moves no agent node a second time).
+- A failed batch is retried twice, then left for the next restart's replay.
+- ``quiesce(ids)``: when it returns no walk of ``ids`` is queued or running,
+  and none starts again (an erase can then count and remove what they made).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Collection
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from actors.chores import Background
+from actors.group_commit import GroupCommitter
+from actors.propagation import Propagator
+from actors.schemas import PROPAGATED_SCHEMA
+from actors.storage import RowTable
+from mesh.model import Cell
+from mesh.partition import MemoryPartition
+
+log = logging.getLogger(__name__)
+
+
+class WalkQueue:
+    """One shard's walk queue and its single background walker (``propagator`` None: no walks start)."""
+
+    def __init__(
+        self,
+        propagator: Propagator | None,
+        batch: int,
+        partition: Callable[[], MemoryPartition],
+        background: Background,
+        optimize_every: int,
+    ) -> None:
+        self._propagator = propagator
+        self._batch = batch
+        self._partition = partition
+        self._background = background
+        self._optimize_every = optimize_every
+        self._queue: deque[Cell] = deque()
+        self._replayed: set[str] = set()
+        self._walker: asyncio.Task[None] | None = None
+        self._walking: frozenset[str] = frozenset()  # the cells of the batch being walked now
+        self._turn = asyncio.Condition()
+        self._doomed: set[str] = set()  # planned for erasure: no walk starts for them
+        self._walked: set[str] = set()
+        self._table: RowTable | None = None
+        self._commit: GroupCommitter[str] = GroupCommitter(self._flush, 0.05, 1024)
+
+    @property
+    def backlog(self) -> int:
+        return len(self._queue)
+
+    async def load(self, table: RowTable, cells: list[Cell]) -> None:
+        """Read which walks finished; queue the replay of the live ``cells`` whose walk did not."""
+        self._table = table
+        self._walked = set((await table.load()).column("cell_id").to_pylist())
+        if self._propagator is not None:
+            pending = [c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live]
+            self._replayed.update(c.id for c in pending)  # their agent nodes were already moved before the crash
+            self.enqueue(pending)
+
+    def enqueue(self, cells: list[Cell]) -> None:
+        if self._propagator is None:
+            return
+        cells = [c for c in cells if c.id not in self._doomed]
+        if not cells:
+            return
+        self._queue.extend(cells)
+        if self._walker is None or self._walker.done():
+            self._walker = asyncio.get_running_loop().create_task(self._walk_loop())
+
+    def mark_walked(self, cell_ids: list[str]) -> None:
+        """Record cells that start no walk of their own (a Pattern abstracts cells whose diffs already went)."""
+        self._walked.update(cell_ids)
+        if cell_ids:
+            self._background.spawn(self._commit.submit(cell_ids))
+
+    async def settle(self, timeout_s: float) -> int:
+        """Wait (at most ``timeout_s``) until every walk queued so far has finished; how many were queued."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        pending = len(self._queue)
+        while loop.time() < deadline:
+            walker = self._walker
+            if not self._queue and (walker is None or walker.done()) and not self._background.busy:
+                break
+            await asyncio.sleep(0.005)
+        return pending
+
+    async def quiesce(self, cell_ids: frozenset[str]) -> None:
+        """No walk of ``cell_ids`` is queued or running when this returns (they start none again)."""
+        self._doomed |= cell_ids
+        self._queue = deque(c for c in self._queue if c.id not in cell_ids)
+        async with self._turn:
+            await self._turn.wait_for(lambda: not (self._walking & cell_ids))
+
+    async def forget(self, cell_ids: Collection[str]) -> None:
+        """Erase the walk records of ``cell_ids`` from memory and every data file."""
+        assert self._table is not None
+        await self._table.delete_where_in("cell_id", cell_ids)
+        await self._table.purge()
+        self._walked.difference_update(cell_ids)
+        self._doomed.difference_update(cell_ids)
+
+    async def flush(self) -> None:
+        await self._commit.flush()
+
+    async def close(self) -> None:
+        if self._propagator is not None:
+            await self._propagator.close()
+        await self._commit.flush()
+
+    async def _walk_loop(self) -> None:
+        """Drain the queue in batches; a failed batch is retried, then left for the next restart's replay."""
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch))]
+            self._walking = frozenset(c.id for c in batch)
+            try:
+                await self._walk_batch(batch)
+            finally:
+                async with self._turn:
+                    self._walking = frozenset()
+                    self._turn.notify_all()
+
+    async def _walk_batch(self, batch: list[Cell]) -> None:
+        assert self._propagator is not None
+        partition = self._partition()
+        jobs = []
+        for cell in batch:
+            scene = partition.scenes.get(cell.scene_id or "")
+            jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
+        replay = [job for job in jobs if job[0].id in self._replayed]
+        fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
+        for attempt in range(3):
+            try:
+                now = datetime.now(UTC)
+                if fresh_jobs:
+                    await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
+                if replay:
+                    await self._propagator.propagate_many(replay, now, observe=False)
+                break
+            except Exception:  # an owner restarting: retry, then leave it to the replay at restart
+                log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
+                await asyncio.sleep(0.2 * (attempt + 1))
+        else:
+            return
+        partition = self._partition()
+        fresh = [cell.id for cell in batch if cell.id not in self._walked and cell.id in partition.cells]
+        self._walked.update(fresh)
+        if fresh:
+            self._background.spawn(self._commit.submit(fresh))
+
+    async def _flush(self, cell_ids: list[str]) -> None:
+        assert self._table is not None
+        present = [c for c in cell_ids if c in self._partition().cells]
+        await self._table.append(pa.Table.from_pylist([{"cell_id": c} for c in present], schema=PROPAGATED_SCHEMA))
+        await self._table.optimize_if_due(self._optimize_every)

@@ -1,0 +1,88 @@
+"""Authenticate and charge: every transport's admission of an API-key caller, in that transport's shape.
+
+Guarantees:
+- The head decides; this module only carries. Every caller holding an API key
+  is admitted by :meth:`head.facade.Memesh.admit` (its principal, charged to a
+  rate-limit bucket), or, in the HTTP gate shape below, by its two halves
+  ``principal`` and ``charge`` in that order. So the ``AuthFailures`` bucket
+  per client address, the principal cache and the buckets are the same on
+  every surface, and a refusal is the mesh error (``Unauthorized`` 401,
+  ``RateLimited`` 429 with ``Retry-After``) that :mod:`api.errors` encodes.
+- The key is read from ``x-service-key`` (an HTTP header, or gRPC metadata)
+  and nowhere else; the client address is the peer as this server sees it.
+- The shapes:
+
+  * HTTP gate and route (REST ``/v1``; the next HTTP surfaces reuse it): the
+    gate calls :func:`authenticate_at_gate` before any body check (so a
+    request without a valid key gets 401 whatever its body), and the route's
+    dependency :func:`charge_route` charges the route's bucket once the
+    route, and for a batch its size, is known.
+  * One connection or call, admitted at once (a WebSocket handshake, before
+    the upgrade: :func:`admit_connection`; a gRPC call, before the use case:
+    :func:`admit_grpc`).
+"""
+
+from __future__ import annotations
+
+import grpc
+from starlette.requests import HTTPConnection
+from starlette.types import Scope
+
+from head.facade import Bucket, Memesh
+from mesh.identity import Principal
+
+KEY_HEADER = "x-service-key"
+_STATE_KEY = "principal"
+
+
+def client_address(scope: Scope) -> str:
+    """The peer's address as the server sees it (what unauthenticated charges are keyed by)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+def peer_address(context: grpc.aio.ServicerContext) -> str:
+    """The caller's address from gRPC's peer string (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``)."""
+    peer = str(context.peer() or "")
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6":
+        return rest.rsplit("]", 1)[0].lstrip("[")
+    return rest.rsplit(":", 1)[0] if kind == "ipv4" else peer or "unknown"
+
+
+# ------------------------------------------------------------ HTTP gate and route
+async def authenticate_at_gate(memesh: Memesh, scope: Scope, headers: dict[str, str]) -> None:
+    """The gate's half of ``admit``: the key's principal (no bucket charged yet), kept in the scope
+    state for the route. ``headers`` as :func:`api.gate_common.header_map` reads them."""
+    principal = await memesh.principal(headers.get(KEY_HEADER), client_address(scope))
+    scope.setdefault("state", {})[_STATE_KEY] = principal
+
+
+def gate_principal(scope: Scope) -> Principal:
+    """The principal :func:`authenticate_at_gate` admitted for this request."""
+    principal: Principal = scope["state"][_STATE_KEY]
+    return principal
+
+
+def charge_route(memesh: Memesh, scope: Scope, bucket: Bucket, cost: float = 1.0) -> Principal:
+    """The route's half of ``admit``: the gate's principal, charged ``cost`` tokens of ``bucket``."""
+    principal = gate_principal(scope)
+    memesh.charge(principal, bucket, cost)
+    return principal
+
+
+# ------------------------------------------------------ one connection or call
+def service_key(connection: HTTPConnection) -> str | None:
+    """The connection's ``x-service-key`` header (its first value), if any."""
+    return connection.headers.get(KEY_HEADER)
+
+
+async def admit_connection(memesh: Memesh, connection: HTTPConnection, bucket: Bucket) -> Principal:
+    """``admit`` for an HTTP connection judged as a whole (a WebSocket handshake, before the upgrade)."""
+    return await memesh.admit(service_key(connection), bucket, client_address(connection.scope))
+
+
+async def admit_grpc(memesh: Memesh, context: grpc.aio.ServicerContext, bucket: Bucket) -> Principal:
+    """``admit`` for one gRPC call: the ``x-service-key`` metadata (a text value) and the peer's address."""
+    key = dict(context.invocation_metadata() or ()).get(KEY_HEADER)
+    return await memesh.admit(key if isinstance(key, str) else None, bucket, peer_address(context))

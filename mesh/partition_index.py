@@ -1,0 +1,138 @@
+"""The vector indexes a partition keeps beside its cells and scenes, in memory.
+
+:class:`TenantCellIndex` holds one tenant's cell vectors with the columns a
+:class:`~mesh.query.NodeFilter` needs (layer, type, scene, agent, project,
+superseded), row-aligned with the vectors, so a filtered search is one mask
+and one matrix product. :class:`SceneCentroidIndex` holds scene centroids
+twice: per project (where a new cell looks for a scene to join) and per
+tenant (what walks search). Guarantees: a search never returns a row of
+another tenant, nor a row that is not live; nothing here owns a cell or a
+scene, the partition passes them in and keeps the indexes current.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from mesh.model import Cell, CellType, Layer, Scene, Vector
+from mesh.query import NodeFilter
+from mesh.vector_index import BoolMask, VectorIndex
+
+_LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
+_TYPE_CODE = {t: i for i, t in enumerate(CellType)}
+
+
+class _Interner:
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+
+    def code(self, value: str | None) -> int:
+        if value is None:
+            return -1
+        return self.codes.setdefault(value, len(self.codes))
+
+    def lookup(self, value: str) -> int:
+        return self.codes.get(value, -2)
+
+
+class TenantCellIndex:
+    """A tenant's cell vectors with the columns filters need, row-aligned."""
+
+    def __init__(self, dims: int) -> None:
+        self.index = VectorIndex(dims)
+        self.layer = np.zeros(256, dtype=np.int8)
+        self.cell_type = np.zeros(256, dtype=np.int8)
+        self.scene = np.zeros(256, dtype=np.int32)
+        self.agent = np.zeros(256, dtype=np.int32)
+        self.project = np.zeros(256, dtype=np.int32)
+        self.superseded = np.zeros(256, dtype=np.bool_)
+        self.strings = _Interner()
+
+    def put(self, cell: Cell) -> None:
+        row = self.index.upsert(cell.id, cell.embedding, live=not cell.tombstone)
+        if row >= self.layer.shape[0]:
+            for name in ("layer", "cell_type", "scene", "agent", "project", "superseded"):
+                old = getattr(self, name)
+                new = np.zeros(old.shape[0] * 2, dtype=old.dtype)
+                new[: old.shape[0]] = old
+                setattr(self, name, new)
+        self.layer[row] = _LAYER_CODE[cell.layer]
+        self.cell_type[row] = _TYPE_CODE[cell.cell_type]
+        self.scene[row] = self.strings.code(cell.scene_id)
+        self.agent[row] = self.strings.code(cell.source_agent)
+        self.project[row] = self.strings.code(cell.project_id)
+        self.superseded[row] = cell.superseded_by is not None
+
+    def mask(self, flt: NodeFilter) -> BoolMask:
+        n = self.index.size
+        mask = np.ones(n, dtype=np.bool_)
+        if not flt.include_superseded:
+            mask &= ~self.superseded[:n]
+        if flt.layer is not None:
+            mask &= self.layer[:n] == _LAYER_CODE[flt.layer]
+        if flt.cell_types is not None:
+            mask &= np.isin(self.cell_type[:n], [_TYPE_CODE[t] for t in flt.cell_types])
+        if flt.scene_id is not None:
+            mask &= self.scene[:n] == self.strings.lookup(flt.scene_id)
+        if flt.source_agent is not None:
+            mask &= self.agent[:n] == self.strings.lookup(flt.source_agent)
+        if flt.project_ids is not None:
+            mask &= np.isin(self.project[:n], [self.strings.lookup(p) for p in flt.project_ids])
+        return mask
+
+
+class SceneCentroidIndex:
+    """Scene centroids by project (for joining) and by tenant (for walks); a scene without live members is not live."""
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+        self._by_project: dict[tuple[str, str], VectorIndex] = {}
+        self._by_tenant: dict[str, VectorIndex] = {}
+
+    def update(self, scene: Scene) -> None:
+        """Put the scene's current centroid in both indexes."""
+        centroid, live = scene.centroid, scene.live_count > 0
+        self._project_index(scene).upsert(scene.id, centroid, live=live)
+        index = self._by_tenant.get(scene.tenant_id)
+        if index is None:
+            index = self._by_tenant[scene.tenant_id] = VectorIndex(self.dims, capacity=16)
+        index.upsert(scene.id, centroid, live=live)
+
+    def hide(self, scene: Scene) -> None:
+        """Take the scene out of every search (its rows stay, as after a rolled-back write)."""
+        self._project_index(scene).set_live(scene.id, False)
+        index = self._by_tenant.get(scene.tenant_id)
+        if index is not None:
+            index.set_live(scene.id, False)
+
+    def erase(self, scene: Scene) -> None:
+        """Zero the scene's centroid and take it out of every search."""
+        self._project_index(scene).erase(scene.id)
+        index = self._by_tenant.get(scene.tenant_id)
+        if index is not None:
+            index.erase(scene.id)
+
+    def nearest_in_project(self, tenant_id: str, project_id: str, vector: Vector, k: int) -> list[tuple[str, float]]:
+        """The ids of the project's ``k`` live scenes nearest ``vector``, best first."""
+        index = self._by_project.get((tenant_id, project_id))
+        return [] if index is None else index.search(vector, k)
+
+    def nearest(self, tenant_id: str, vector: Vector, k: int) -> list[tuple[str, float]]:
+        """The ids of the tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
+        index = self._by_tenant.get(tenant_id)
+        return [] if index is None else index.search(vector, k)
+
+    def nearest_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], k: int) -> list[list[tuple[str, float]]]:
+        """``nearest`` for every row of ``vectors``, in one matrix product."""
+        index = self._by_tenant.get(tenant_id)
+        if index is None:
+            return [[] for _ in range(len(vectors))]
+        return index.search_many(vectors, k)
+
+    def _project_index(self, scene: Scene) -> VectorIndex:
+        key = (scene.tenant_id, scene.project_id)
+        index = self._by_project.get(key)
+        if index is None:
+            index = self._by_project[key] = VectorIndex(self.dims, capacity=16)
+        return index

@@ -1,0 +1,53 @@
+"""The actor seam in-process behaves as on Ray where callers could tell: copies, not shared objects."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from actors.directory import InProcessDirectory
+from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD
+from actors.observatory import Observatory, ObservatoryConfig
+from mesh.seam import DirectorySpec
+
+SPEC = DirectorySpec("test", 1, 1, 1)
+
+
+def observed() -> tuple[Observatory, InProcessDirectory]:
+    observatory = Observatory(ObservatoryConfig(max_events=100))
+    return observatory, InProcessDirectory(SPEC, {"observatory": observatory})
+
+
+async def test_arguments_and_results_are_copies() -> None:
+    _, directory = observed()
+    event: dict[str, Any] = {"diff_id": "d1", "ts": datetime.now(UTC).isoformat(), "tenant_id": "t1", "hop_index": 0}
+    await directory.observatory().record([event])
+    event["hop_index"] = 99  # the caller changes its own object afterwards
+    (first,) = await directory.observatory().snapshot(None, 10, None)
+    assert first["hop_index"] == 0
+    first["hop_index"] = 42  # and the answer it got is its own too
+    (again,) = await directory.observatory().snapshot(None, 10, None)
+    assert again["hop_index"] == 0
+
+
+async def test_what_ray_could_not_send_fails_in_process_too() -> None:
+    _, directory = observed()
+    with pytest.raises(TypeError):
+        await directory.observatory().record([{"lock": threading.Lock()}])
+
+
+def test_only_the_protocol_is_reachable() -> None:
+    _, directory = observed()
+    with pytest.raises(AttributeError):
+        directory.observatory().attach  # noqa: B018 - a method of the class, not of its Protocol
+    assert "record" in OBSERVATORY.methods and "attach" not in SCENE_SHARD.methods
+
+
+def test_every_kind_exposes_exactly_its_protocol_methods() -> None:
+    for kind in (SCENE_SHARD, BEACON_SET, INBOX_SHARD, REGISTRY, OBSERVATORY, AUDIT_LOG):
+        assert {"health", "close"} <= kind.methods, kind.name
+        missing = {m for m in kind.methods if not callable(getattr(kind.cls, m, None))}
+        assert not missing, f"{kind.name} lacks {missing}"
