@@ -1,0 +1,132 @@
+"""The /v1 memory routes (cells, retrieval, sessions, scenes): decode, call one use case on the facade, encode.
+
+Authentication happened in the gate (:mod:`api.data.gate`); each route
+charges its rate-limit bucket through its principal dependency
+(:mod:`api.deps`: ``Reader`` the Read bucket, ``Writer`` the Write bucket;
+a batch, ``Caller``, charges the Write bucket once per cell after its body is
+read).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Query
+
+from api.cursors import decode_cursor, encode_cursor
+from api.data.schemas import (
+    ERROR_RESPONSES,
+    CellBatchIn,
+    CellIn,
+    ConsolidationOut,
+    NodeOut,
+    OkOut,
+    QueryIn,
+    SceneListOut,
+    SceneOut,
+    SessionIn,
+    SessionOut,
+)
+from api.deps import Caller, Core, Reader, Writer
+from head.facade import Bucket
+from mesh.model import NewCell
+from mesh.query import NodeFilter
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+
+def _new_cell(body: CellIn) -> NewCell:
+    return NewCell(
+        content=body.content,
+        cell_type=body.cell_type,
+        salience=body.salience,
+        layer=body.layer,
+        project_id=body.project_id,
+        session_id=str(body.session_id) if body.session_id else None,
+        scene_id=str(body.scene_id) if body.scene_id else None,
+        embedding=tuple(body.embedding) if body.embedding is not None else None,
+    )
+
+
+def _filter(body: QueryIn) -> NodeFilter:
+    f = body.filter
+    return NodeFilter(
+        cell_types=frozenset(f.cell_types) if f and f.cell_types is not None else None,
+        scene_id=str(f.scene_id) if f and f.scene_id else None,
+        source_agent=f.source_agent if f else None,
+        tenant_id=f.tenant_id if f else None,
+        layer=body.layer,
+    )
+
+
+@router.post("/cells", status_code=201, response_model=NodeOut, tags=["cells"], summary="Write one cell")
+async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
+    (cell,) = await core.memory.write_cells(principal, [_new_cell(body)])
+    return NodeOut.of(cell)
+
+
+@router.post("/cells:batch", status_code=201, response_model=list[NodeOut], tags=["cells"], summary="Write cells in order")
+async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> list[NodeOut]:
+    """Charged one token of the Write bucket per cell (a batch costs what its cells would one by one)."""
+    core.charge(principal, Bucket.WRITE, cost=len(body.cells))
+    cells = await core.memory.write_cells(principal, [_new_cell(c) for c in body.cells])
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/query", response_model=list[NodeOut], tags=["retrieval"], summary="Nearest live nodes by similarity")
+async def query(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+    cells = await core.memory.query(principal, body.text, body.embedding, body.k, _filter(body))
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Similarity blended with salience and recency")
+async def recall(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, _filter(body))
+    return [NodeOut.of(c) for c in cells]
+
+
+@router.post("/sessions", response_model=SessionOut, tags=["sessions"], summary="Open a working session")
+async def open_session(body: SessionIn, principal: Writer, core: Core) -> SessionOut:
+    session = await core.memory.open_session(principal, body.project_id)
+    return SessionOut(session_id=UUID(session.id))
+
+
+@router.delete("/sessions/{session_id}", response_model=OkOut, tags=["sessions"], summary="Close a session")
+async def close_session(session_id: UUID, principal: Writer, core: Core) -> OkOut:
+    await core.memory.close_session(principal, str(session_id))
+    return OkOut()
+
+
+@router.get("/scenes", response_model=SceneListOut, tags=["scenes"], summary="List scenes (keyset pages)")
+async def list_scenes(
+    principal: Reader,
+    core: Core,
+    project_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    cursor: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1)] = 50,
+) -> SceneListOut:
+    scenes, more = await core.memory.list_scenes(principal, project_id, decode_cursor(cursor), limit)
+    next_cursor = encode_cursor(scenes[-1].id) if more and scenes else None
+    return SceneListOut(scenes=[SceneOut.of(s) for s in scenes], next_cursor=next_cursor)
+
+
+@router.get("/scenes/{scene_id}", response_model=SceneOut, tags=["scenes"], summary="Read a scene")
+async def get_scene(scene_id: UUID, principal: Reader, core: Core) -> SceneOut:
+    return SceneOut.of(await core.memory.get_scene(principal, str(scene_id)))
+
+
+@router.post(
+    "/scenes/{scene_id}/consolidate",
+    response_model=ConsolidationOut,
+    tags=["scenes"],
+    summary="Recompute a scene and abstract near-duplicates",
+)
+async def consolidate(scene_id: UUID, principal: Writer, core: Core) -> ConsolidationOut:
+    report = await core.memory.consolidate(principal, str(scene_id))
+    return ConsolidationOut(
+        scene_id=report.scene.id,
+        patterns_created=[NodeOut.of(p) for p in report.patterns],
+        cells_superseded=report.superseded,
+        scene=SceneOut.of(report.scene),
+    )
