@@ -20,6 +20,7 @@ from api.data.inbox import router as inbox_router
 from api.data.memory import router as memory_router
 from api.data.schemas import HealthOut
 from api.errors import error_response, install_error_handlers
+from api.mcp.door import McpDoor, McpRoute
 from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
 from head.facade import Memesh
@@ -62,4 +63,6 @@ def create_app(
     if console is not None:
         mount_admin(app, memesh, console, max_body_bytes, request_timeout_s)
     app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
+    app.state.mcp = McpDoor(memesh, max_body_bytes)  # MCP over Streamable HTTP at /mcp (cluster.serve closes it)
+    app.add_middleware(McpRoute, door=app.state.mcp)
     return app

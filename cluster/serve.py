@@ -87,7 +87,7 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
     grpc_server: grpc.aio.Server | None = None
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal grpc_server
         if settings.server.grpc_enabled:
             grpc_server = grpc.aio.server()
@@ -105,12 +105,13 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
             scheme = "TLS" if server_settings.grpc_tls else "plaintext"
             print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound} ({scheme})", flush=True)
         scheme = "https" if settings.server.tls else "http"
-        print(f"memesh: REST on {scheme}://{settings.server.host}:{settings.server.port}", flush=True)
+        print(f"memesh: REST on {scheme}://{settings.server.host}:{settings.server.port} (MCP at /mcp)", flush=True)
         if settings.admin.console_enabled:
             print(f"memesh: operator console at {scheme}://{settings.server.host}:{settings.server.port}/admin", flush=True)
         try:
             yield
         finally:
+            await app.state.mcp.close()
             if grpc_server is not None:
                 await grpc_server.stop(grace=2.0)
 

@@ -193,20 +193,33 @@ class MemoryService:
         self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
     ) -> list[Cell]:
         """Live cells nearest the query, by similarity alone."""
+        return [cell for cell, _ in await self.query_hits(principal, text, embedding, k, flt)]
+
+    async def query_hits(
+        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+    ) -> list[tuple[Cell, float]]:
+        """``query`` with each cell's cosine similarity to the query, most similar first."""
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
-            hits = await self._search(principal, vector, k, flt)
-        return [cell for cell, _ in hits]
+            return await self._search(principal, vector, k, flt)
 
     async def recall(
         self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
     ) -> list[Cell]:
         """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
+        return [cell for cell, _ in await self.recall_hits(principal, text, embedding, k, flt)]
+
+    async def recall_hits(
+        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+    ) -> list[tuple[Cell, float]]:
+        """``recall`` with each cell's raw cosine similarity to the query, in recall rank order
+        (the rank blends salience and recency, so it need not follow the similarity)."""
         pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
             hits = await self._search(principal, vector, pool, flt)
         now = self._clock()
+        similarity = {cell.id: sim for cell, sim in hits}
         ranked = [cell for cell, _ in rerank_for_recall(hits, k, now, self._recall)]
         by_shard: dict[int, list[str]] = defaultdict(list)
         for cell in ranked:
@@ -215,7 +228,7 @@ class MemoryService:
             task = asyncio.get_running_loop().create_task(self._touch(shard, ids, now))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-        return [replace(cell, last_accessed=max(cell.last_accessed, now)) for cell in ranked]
+        return [(replace(cell, last_accessed=max(cell.last_accessed, now)), similarity[cell.id]) for cell in ranked]
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         try:

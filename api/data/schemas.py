@@ -10,7 +10,8 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic_core import PydanticCustomError
 
 from mesh.model import Cell, CellType, Layer, Scene
 
@@ -57,6 +58,13 @@ class QueryIn(_Request):
     k: StrictInt = Field(10, ge=1, description="At most limits.max_k (1,000).")
     filter: FilterIn | None = None
     layer: Layer | None = None
+
+    @model_validator(mode="after")
+    def _text_or_embedding(self) -> QueryIn:
+        """Neither is a missing required field (422); both is a bad value (400, from the use case)."""
+        if self.text is None and self.embedding is None:
+            raise PydanticCustomError("missing", "give text or embedding")
+        return self
 
 
 class SessionIn(_Request):

@@ -150,7 +150,7 @@ async def test_transport_level_errors(api: Api) -> None:
     assert_error(plain, 415, "validation")
     assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": 0}), 400, "validation")
     assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": "3"}), 422, "validation")
-    assert_error(await api.send("POST", "/v1/query", key, {"k": 3}), 400, "validation")
+    assert_error(await api.send("POST", "/v1/query", key, {"k": 3}), 422, "validation")  # a missing required field (issue 11)
     assert_error(await api.send("POST", "/v1/query", key, {"embedding": [0.1, 0.2], "k": 3}), 400, "dimension_mismatch")
     vector_cell = cell("vector supplied", embedding=[0.0] * 383 + [1.0])
     assert (await api.send("POST", "/v1/cells", key, vector_cell)).status_code == 201
@@ -347,3 +347,12 @@ async def test_healthz_tells_no_tenant_data(api: Api) -> None:
     await api.send("POST", "/v1/cells", key, {"content": "secret count", "cell_type": "Fact"})
     body = (await api.http.get("/healthz")).json()
     assert body["status"] == "ok" and "cells" not in body["detail"] and "agents" not in body["detail"]
+
+
+async def test_a_query_with_neither_text_nor_embedding_is_a_missing_field(api: Api) -> None:
+    """Spec: a body without its required field is 422; giving both is a bad value, 400."""
+    key = await api.key()
+    for path in ("/v1/query", "/v1/recall"):
+        assert_error(await api.send("POST", path, key, {"k": 3}), 422, "validation")
+        both = {"text": "x", "embedding": [1.0] * 384, "k": 3}
+        assert_error(await api.send("POST", path, key, both), 400, "validation")

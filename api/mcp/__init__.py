@@ -1,0 +1,8 @@
+"""MCP over Streamable HTTP at ``/mcp``: the same use cases as ``/v1``, as MCP tools.
+
+- :mod:`api.mcp.tools`: the tool set (flat parameters, output schemas,
+  identity never taken from arguments).
+- :mod:`api.mcp.door`: the ASGI door in front of the SDK's app: it admits the
+  caller (``x-service-key`` or ``Authorization: Bearer``) before any MCP
+  processing and runs the SDK's session manager.
+"""

@@ -1,0 +1,260 @@
+"""The MCP tools: each a few lines over the same use case as its ``/v1`` route.
+
+Guarantees:
+- The caller is the principal the door admitted (``request.state.principal``);
+  no tool takes an identity, tenant or agent from its arguments.
+- Each tool charges its rate-limit bucket as the REST route does (reads the
+  Read bucket, writes the Write bucket, beacons and the inbox the Inbox
+  bucket) before it does any work.
+- A refusal is a tool error whose text starts with the spec's error code
+  (``validation: k must be between 1 and 1000``), so an agent can branch on
+  it; the service's state is unchanged by a refused call.
+- ``recall`` and ``query`` return only ``{node_id, distance}`` per hit, in
+  rank order (spec section 4); ``consolidate_scene`` is not a tool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from typing import Annotated, Any, ParamSpec, TypeVar, cast
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
+
+from head.facade import Bucket, Memesh
+from mesh.errors import MemeshError, Unauthorized
+from mesh.identity import Principal
+from mesh.model import Cell, CellType, Layer, NewCell
+from mesh.query import NodeFilter
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+INSTRUCTIONS = (
+    "memesh is this agent's shared memory. Call `recall` before you decide something, with what you are "
+    "about to do, to find what agents of your tenant already know; `write_cell` to keep a decision, "
+    "constraint, risk, lesson or fact worth remembering; `place_beacon` with a standing interest and "
+    "`pull_inbox` to receive new knowledge other agents write about it."
+)
+DISTANCE = "cosine distance between the query and the cell's vector (1 - cosine similarity): 0 is identical, 2 opposite"
+
+
+RECALL = (
+    "Cells that matter for `text`: similarity blended with salience and recency, in rank order. "
+    f"distance: {DISTANCE}; the order is the rank, so it need not follow distance."
+)
+PULL = (
+    "Drain your inbox: deliveries after your cursor, best first; `ack` the largest sequence you handled "
+    "to move the cursor. Embeddings are left out unless asked for."
+)
+
+
+class Hit(BaseModel):
+    node_id: str = Field(description="The cell's id.")
+    distance: float = Field(description=DISTANCE)
+
+
+class Written(BaseModel):
+    node_id: str
+    scene_id: str | None = Field(description="The scene the cell joined.")
+
+
+class SessionOpened(BaseModel):
+    session_id: str
+
+
+class BeaconPlaced(BaseModel):
+    node_id: str
+
+
+class Ok(BaseModel):
+    ok: bool = True
+
+
+class SceneView(BaseModel):
+    id: str
+    project_id: str
+    summary: str
+    members: list[str] = Field(description="The member cells' ids (live and superseded).")
+    member_count: int = Field(description="Live member cells.")
+
+
+def _caller(ctx: Context) -> Principal:
+    """The principal the door admitted for this HTTP request (never an argument of the tool)."""
+    request = ctx.request_context.request
+    if request is None:
+        raise Unauthorized("MCP is served over HTTP only")
+    principal: Principal = request.state.principal
+    return principal
+
+
+def _coded(tool: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A MemeshError becomes a tool error whose text starts with the spec code."""
+
+    @wraps(tool)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await tool(*args, **kwargs)
+        except MemeshError as exc:
+            refusal = CallToolResult(content=[TextContent(type="text", text=f"{exc.code.value}: {exc.message}")], is_error=True)
+            return cast(R, refusal)  # the SDK passes a CallToolResult through as the answer
+
+    return run
+
+
+def _filter(cell_types: list[CellType] | None, scene_id: str | None, source_agent: str | None, layer: Layer | None) -> NodeFilter:
+    return NodeFilter(
+        cell_types=frozenset(cell_types) if cell_types else None, scene_id=scene_id, source_agent=source_agent, layer=layer
+    )
+
+
+def _hits(hits: list[tuple[Cell, float]]) -> list[Hit]:
+    return [Hit(node_id=cell.id, distance=round(1.0 - similarity, 6)) for cell, similarity in hits]
+
+
+Text = Annotated[str, Field(min_length=1, description="What to look for, in words.")]
+K = Annotated[int, Field(ge=1, description="How many hits at most (up to limits.max_k).")]
+Types = Annotated[list[CellType] | None, Field(description="Only cells of these types.")]
+
+
+def build_mcp_server(memesh: Memesh) -> MCPServer:
+    """The tool set over ``memesh``'s use cases."""
+    server = MCPServer("memesh", instructions=INSTRUCTIONS)
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+    @server.tool(
+        description=RECALL,
+        annotations=read_only,
+    )
+    @_coded
+    async def recall(
+        ctx: Context,
+        text: Text,
+        k: K = 10,
+        cell_types: Types = None,
+        scene_id: str | None = None,
+        source_agent: str | None = None,
+        layer: Layer | None = None,
+    ) -> list[Hit]:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.READ)
+        flt = _filter(cell_types, scene_id, source_agent, layer)
+        return _hits(await memesh.memory.recall_hits(principal, text, None, k, flt))
+
+    @server.tool(
+        description=f"Cells nearest `text` by similarity alone, nearest first. distance: {DISTANCE}.", annotations=read_only
+    )
+    @_coded
+    async def query(
+        ctx: Context,
+        text: Text,
+        k: K = 10,
+        cell_types: Types = None,
+        scene_id: str | None = None,
+        source_agent: str | None = None,
+        layer: Layer | None = None,
+    ) -> list[Hit]:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.READ)
+        flt = _filter(cell_types, scene_id, source_agent, layer)
+        return _hits(await memesh.memory.query_hits(principal, text, None, k, flt))
+
+    @server.tool(description="Remember one unit of knowledge; it joins a scene and reaches agents whose interests it matches.")
+    @_coded
+    async def write_cell(
+        ctx: Context,
+        content: Annotated[str, Field(min_length=1)],
+        cell_type: CellType,
+        salience: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
+        layer: Layer | None = None,
+        project_id: str | None = None,
+        session_id: str | None = None,
+        scene_id: str | None = None,
+    ) -> Written:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.WRITE)
+        spec = NewCell(
+            content=content,
+            cell_type=cell_type,
+            salience=salience,
+            layer=layer,
+            project_id=project_id,
+            session_id=session_id,
+            scene_id=scene_id,
+        )
+        (cell,) = await memesh.memory.write_cells(principal, [spec])
+        return Written(node_id=cell.id, scene_id=cell.scene_id)
+
+    @server.tool(description="Open a working session in a project; cells written with its id belong to it.")
+    @_coded
+    async def open_session(ctx: Context, project_id: Annotated[str, Field(min_length=1, max_length=128)]) -> SessionOpened:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.WRITE)
+        return SessionOpened(session_id=(await memesh.memory.open_session(principal, project_id)).id)
+
+    @server.tool(
+        description="Close one of your sessions (closing it again is a no-op).", annotations=ToolAnnotations(idempotent_hint=True)
+    )
+    @_coded
+    async def close_session(ctx: Context, session_id: str) -> Ok:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.WRITE)
+        await memesh.memory.close_session(principal, session_id)
+        return Ok()
+
+    @server.tool(description="Place a standing interest: new cells that match it are delivered to your inbox.")
+    @_coded
+    async def place_beacon(
+        ctx: Context,
+        interest: Annotated[str, Field(min_length=1)],
+        ttl_s: Annotated[float | None, Field(gt=0, description="Seconds until the beacon expires.")] = None,
+    ) -> BeaconPlaced:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.INBOX)
+        return BeaconPlaced(node_id=(await memesh.inbox.place_beacon(principal, interest, None, ttl_s)).id)
+
+    @server.tool(description="Remove one of your beacons.", annotations=ToolAnnotations(idempotent_hint=True))
+    @_coded
+    async def remove_beacon(ctx: Context, node_id: str) -> Ok:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.INBOX)
+        await memesh.inbox.remove_beacon(principal, node_id)
+        return Ok()
+
+    @server.tool(description="Read a scene: its summary and member cell ids.", annotations=read_only)
+    @_coded
+    async def get_scene(ctx: Context, scene_id: str) -> SceneView:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.READ)
+        scene = await memesh.memory.get_scene(principal, scene_id)
+        return SceneView(
+            id=scene.id,
+            project_id=scene.project_id,
+            summary=scene.summary,
+            members=list(scene.members),
+            member_count=scene.live_count,
+        )
+
+    @server.tool(description=PULL)
+    @_coded
+    async def pull_inbox(
+        ctx: Context,
+        since: Annotated[int | None, Field(ge=0)] = None,
+        ack: Annotated[int | None, Field(ge=0)] = None,
+        limit: Annotated[int | None, Field(ge=0)] = None,
+        include_embeddings: bool = False,
+    ) -> dict[str, Any]:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.INBOX)
+        page = await memesh.inbox.pull(principal, since, ack, limit)
+        items = json.loads(page.items_json)
+        if not include_embeddings:
+            for item in items:
+                item["diff"].pop("embedding", None)
+        return {"items": items, "cursor": page.cursor, "window_high": page.window_high, "has_more": page.has_more}
+
+    return server

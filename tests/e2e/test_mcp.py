@@ -1,0 +1,146 @@
+"""MCP at /mcp on a running server, with the official ``mcp`` client in both protocol eras.
+
+The handshake era (``legacy``: initialize, then calls) and the 2026-07-28 era
+(sessionless, per-request headers) are both driven by the SDK's own client;
+the key is sent as ``Authorization: Bearer`` (what most hosts can send) or as
+``x-service-key``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import MCPError
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.servers import Server, assert_envelope
+
+ERAS = ["legacy", "2026-07-28"]
+TOOLS = {
+    "recall",
+    "query",
+    "write_cell",
+    "open_session",
+    "close_session",
+    "place_beacon",
+    "remove_beacon",
+    "get_scene",
+    "pull_inbox",
+}
+
+
+def client(server: Server, headers: dict[str, str], era: str, path: str = "/mcp") -> Client:
+    http = httpx2.AsyncClient(headers=headers, timeout=60)
+    return Client(streamable_http_client(f"{server.base_url}{path}", http_client=http), mode=era)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def run(body: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(body(), 120))
+
+
+def structured(result: Any) -> Any:
+    assert not result.is_error, result.content
+    return result.structured_content
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_an_agent_writes_and_recalls_through_mcp(server: Server, era: str) -> None:
+    key = server.issue(f"mcp-{era}", "Writer", "mcp-agent")["plaintext_secret"]
+
+    async def body() -> None:
+        async with client(server, bearer(key), era) as mcp:
+            tools = {t.name: t for t in (await mcp.list_tools()).tools}
+            assert set(tools) == TOOLS and "consolidate_scene" not in tools
+            assert "cosine distance" in (tools["recall"].description or "")
+            assert all("tenant" not in str(t.input_schema) and "agent_id" not in str(t.input_schema) for t in tools.values())
+            written = structured(
+                await mcp.call_tool(
+                    "write_cell", {"content": "The payment service retries a declined card three times.", "cell_type": "Fact"}
+                )
+            )
+            await mcp.call_tool("write_cell", {"content": "Office plants are watered on Mondays.", "cell_type": "Fact"})
+            for tool in ("recall", "query"):
+                hits = structured(await mcp.call_tool(tool, {"text": "how often is a rejected card payment retried", "k": 2}))[
+                    "result"
+                ]
+                assert hits[0]["node_id"] == written["node_id"], hits
+                assert all(set(h) == {"node_id", "distance"} and 0.0 <= h["distance"] <= 2.0 for h in hits)
+            refused = await mcp.call_tool("recall", {"text": "anything", "k": 100_000})
+            assert refused.is_error and refused.content[0].text.startswith("validation:")
+            scene = structured(await mcp.call_tool("get_scene", {"scene_id": written["scene_id"]}))
+            assert written["node_id"] in scene["members"] and "centroid" not in scene
+
+    run(body)
+
+
+def test_no_key_and_a_foreign_tenant_get_nothing(server: Server) -> None:
+    owner = server.issue("mcp-owner", "Writer", "owner")["plaintext_secret"]
+    stranger = server.issue("mcp-stranger", "Writer", "stranger")["plaintext_secret"]
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"accept": "application/json, text/event-stream"}
+    for path in ("/mcp", "/mcp/"):
+        assert_envelope(httpx.post(f"{server.base_url}{path}", json=request, headers=accept), 401, "unauthorized")
+        assert_envelope(
+            httpx.post(f"{server.base_url}{path}", json=request, headers={**accept, **bearer("msh_forged")}), 401, "unauthorized"
+        )
+
+    async def body() -> None:
+        async with client(server, {"x-service-key": owner}, "legacy", path="/mcp/") as mcp:  # no redirect, the same endpoint
+            await mcp.call_tool("write_cell", {"content": "Tenant A's launch code is under the mat.", "cell_type": "Fact"})
+        async with client(server, bearer(stranger), "2026-07-28") as mcp:
+            assert structured(await mcp.call_tool("recall", {"text": "launch code under the mat", "k": 50}))["result"] == []
+
+    run(body)
+
+
+@pytest.mark.parametrize("era", ERAS)
+def test_a_revoked_key_fails_on_the_very_next_call(server: Server, era: str) -> None:
+    agent = server.issue(f"mcp-revoke-{era}", "Writer", "doomed")
+
+    async def body() -> None:
+        async with client(server, bearer(agent["plaintext_secret"]), era) as mcp:
+            structured(await mcp.call_tool("query", {"text": "anything", "k": 1}))
+            server.admin("agents", "revoke", agent["agent_id"])
+            with pytest.raises(MCPError):  # the client sees the HTTP refusal as a failed request
+                await mcp.call_tool("query", {"text": "anything", "k": 1})
+
+    run(body)
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"accept": "application/json, text/event-stream", **bearer(agent["plaintext_secret"])}
+    assert_envelope(httpx.post(f"{server.base_url}/mcp", json=request, headers=headers), 401, "unauthorized")
+
+
+def test_the_inbox_is_pulled_through_mcp_without_embeddings(server: Server) -> None:
+    listener = server.issue("mcp-inbox", "Reader", "listener")["plaintext_secret"]
+    writer = server.issue("mcp-inbox", "Writer", "writer")["plaintext_secret"]
+
+    async def body() -> None:
+        async with client(server, bearer(listener), "2026-07-28") as mcp:
+            structured(await mcp.call_tool("place_beacon", {"interest": "certificate expiry alerts for the api gateway"}))
+            with server.http(writer) as http:
+                http.post(
+                    "/v1/cells", json={"content": "The TLS certificate of the api gateway expires soon.", "cell_type": "Risk"}
+                )
+            page: dict[str, Any] = {"items": []}
+            for _ in range(100):
+                page = structured(await mcp.call_tool("pull_inbox", {}))
+                if page["items"]:
+                    break
+                await asyncio.sleep(0.2)
+            assert page["items"], "nothing was delivered"
+            item = page["items"][0]
+            assert "embedding" not in item["diff"] and item["delivery_seq"] >= 1
+            acked = structured(await mcp.call_tool("pull_inbox", {"ack": page["window_high"]}))
+            assert acked["cursor"] == page["window_high"]
+
+    run(body)

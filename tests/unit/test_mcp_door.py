@@ -1,0 +1,87 @@
+"""The /mcp door in process: admission before MCP, the tool set, coded tool errors, both eras.
+
+The official client runs over an in-process ASGI transport (the SDK's
+``httpx2``); ``tests/e2e/test_mcp.py`` does the same against ``memesh serve``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from api.app import create_app
+from api.mcp.door import presented_key
+from head.facade import Memesh
+from tests.unit.conftest import ADMIN, assert_error
+
+ERAS = ["legacy", "2026-07-28"]
+
+
+@asynccontextmanager
+async def mcp_client(app: Any, headers: dict[str, str], era: str) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://memesh.test", headers=headers)
+    async with Client(streamable_http_client("http://memesh.test/mcp", http_client=http), mode=era) as client:
+        yield client
+
+
+async def key_of(core: Memesh, tenant: str, role: str = "Writer") -> str:
+    return (await core.identity.issue(ADMIN, tenant, "mcp", [role])).plaintext_secret
+
+
+def test_the_key_comes_from_the_header_or_a_bearer_token() -> None:
+    assert presented_key({"x-service-key": "msh_a"}) == "msh_a"
+    assert presented_key({"authorization": "Bearer msh_b"}) == "msh_b"
+    assert presented_key({"authorization": "bearer  msh_c "}) == "msh_c"
+    assert presented_key({"authorization": "Basic bXNoOng="}) is None
+    assert presented_key({"authorization": "Bearer "}) is None and presented_key({}) is None
+
+
+async def test_no_key_is_the_spec_envelope_before_any_mcp(core: Memesh) -> None:
+    app = create_app(core)
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for path in ("/mcp", "/mcp/"):
+        assert_error(await http.post(path, json=request), 401, "unauthorized")
+        assert_error(await http.post(path, json=request, headers={"authorization": "Bearer msh_forged"}), 401, "unauthorized")
+        assert_error(await http.post(path, content=b"{{{", headers={"x-service-key": "msh_forged"}), 401, "unauthorized")
+    await http.aclose()
+    await app.state.mcp.close()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_tools_answer_hits_as_node_and_distance_and_errors_start_with_the_code(core: Memesh, era: str) -> None:
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    async with mcp_client(app, {"authorization": f"Bearer {key}"}, era) as mcp:
+        written = await mcp.call_tool("write_cell", {"content": "we deploy the api with helm", "cell_type": "Decision"})
+        node_id = written.structured_content["node_id"]
+        for tool in ("recall", "query"):
+            result = await mcp.call_tool(tool, {"text": "we deploy the api with helm", "k": 3})
+            hits = result.structured_content["result"]
+            assert hits[0] == {"node_id": node_id, "distance": pytest.approx(0.0, abs=1e-4)}
+        refused = await mcp.call_tool("get_scene", {"scene_id": "00000000-0000-7000-8000-00000000dead"})
+        assert refused.is_error and refused.content[0].text.startswith("not_found:")
+        too_many = await mcp.call_tool("query", {"text": "x", "k": 10**6})
+        assert too_many.is_error and too_many.content[0].text.startswith("validation:")
+    await app.state.mcp.close()
+
+
+async def test_a_reader_cannot_write_and_another_tenant_sees_nothing(core: Memesh) -> None:
+    app = create_app(core)
+    writer, reader, stranger = await key_of(core, "t1"), await key_of(core, "t1", "Reader"), await key_of(core, "t2")
+    async with mcp_client(app, {"x-service-key": writer}, "legacy") as mcp:
+        await mcp.call_tool("write_cell", {"content": "the launch code is under the mat", "cell_type": "Fact"})
+    async with mcp_client(app, {"x-service-key": reader}, "2026-07-28") as mcp:
+        refused = await mcp.call_tool("write_cell", {"content": "a reader's note", "cell_type": "Fact"})
+        assert refused.is_error and refused.content[0].text.startswith("forbidden:")
+        assert (await mcp.call_tool("recall", {"text": "launch code under the mat"})).structured_content["result"]
+    async with mcp_client(app, {"x-service-key": stranger}, "2026-07-28") as mcp:
+        assert (await mcp.call_tool("recall", {"text": "launch code under the mat"})).structured_content["result"] == []
+    await app.state.mcp.close()
