@@ -116,6 +116,7 @@ def _hits(hits: list[tuple[Cell, float]]) -> list[Hit]:
     return [Hit(node_id=cell.id, distance=round(1.0 - similarity, 6)) for cell, similarity in hits]
 
 
+Search = Callable[[Principal, str | None, list[float] | None, int, NodeFilter], Awaitable[list[tuple[Cell, float]]]]
 Text = Annotated[str, Field(min_length=1, description="What to look for, in words.")]
 K = Annotated[int, Field(ge=1, description="How many hits at most (up to limits.max_k).")]
 Types = Annotated[list[CellType] | None, Field(description="Only cells of these types.")]
@@ -126,42 +127,28 @@ def build_mcp_server(memesh: Memesh) -> MCPServer:
     server = MCPServer("memesh", instructions=INSTRUCTIONS)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
-    @server.tool(
-        description=RECALL,
-        annotations=read_only,
-    )
-    @_coded
-    async def recall(
-        ctx: Context,
-        text: Text,
-        k: K = 10,
-        cell_types: Types = None,
-        scene_id: str | None = None,
-        source_agent: str | None = None,
-        layer: Layer | None = None,
-    ) -> list[Hit]:
-        principal = _caller(ctx)
-        memesh.charge(principal, Bucket.READ)
-        flt = _filter(cell_types, scene_id, source_agent, layer)
-        return _hits(await memesh.memory.recall_hits(principal, text, None, k, flt))
+    def search_tool(name: str, description: str, search: Search) -> None:
+        """``recall`` and ``query`` take the same parameters and answer the same hits."""
 
-    @server.tool(
-        description=f"Cells nearest `text` by similarity alone, nearest first. distance: {DISTANCE}.", annotations=read_only
+        @server.tool(name=name, description=description, annotations=read_only)
+        @_coded
+        async def tool(
+            ctx: Context,
+            text: Text,
+            k: K = 10,
+            cell_types: Types = None,
+            scene_id: str | None = None,
+            source_agent: str | None = None,
+            layer: Layer | None = None,
+        ) -> list[Hit]:
+            principal = _caller(ctx)
+            memesh.charge(principal, Bucket.READ)
+            return _hits(await search(principal, text, None, k, _filter(cell_types, scene_id, source_agent, layer)))
+
+    search_tool("recall", RECALL, memesh.memory.recall_hits)
+    search_tool(
+        "query", f"Cells nearest `text` by similarity alone, nearest first. distance: {DISTANCE}.", memesh.memory.query_hits
     )
-    @_coded
-    async def query(
-        ctx: Context,
-        text: Text,
-        k: K = 10,
-        cell_types: Types = None,
-        scene_id: str | None = None,
-        source_agent: str | None = None,
-        layer: Layer | None = None,
-    ) -> list[Hit]:
-        principal = _caller(ctx)
-        memesh.charge(principal, Bucket.READ)
-        flt = _filter(cell_types, scene_id, source_agent, layer)
-        return _hits(await memesh.memory.query_hits(principal, text, None, k, flt))
 
     @server.tool(description="Remember one unit of knowledge; it joins a scene and reaches agents whose interests it matches.")
     @_coded
