@@ -22,9 +22,11 @@ from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
 
+from api.errors import describe
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError, Unauthorized
 from mesh.identity import Principal
@@ -122,9 +124,24 @@ K = Annotated[int, Field(ge=1, description="How many hits at most (up to limits.
 Types = Annotated[list[CellType] | None, Field(description="Only cells of these types.")]
 
 
+class MemeshMCPServer(MCPServer):
+    """The SDK's server, with arguments that fail a tool's input schema refused as ``validation: ...``
+    (the SDK's own text would be ``Error executing tool ...``), like every other refusal."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc, UnexpectedToolError) or not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise ToolError(f"validation: {describe(exc.__cause__.errors())}") from exc.__cause__
+
+
 def build_mcp_server(memesh: Memesh) -> MCPServer:
     """The tool set over ``memesh``'s use cases."""
-    server = MCPServer("memesh", instructions=INSTRUCTIONS)
+    server = MemeshMCPServer("memesh", instructions=INSTRUCTIONS)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def search_tool(name: str, description: str, search: Search) -> None:

@@ -36,9 +36,8 @@ Notes:
 - On `/mcp`, a key that is missing, unknown, revoked, rotated or suspended is
   the HTTP 401 envelope (too many refused keys from one address: the HTTP 429
   envelope) before the request reaches MCP; a refusal inside a tool is a tool
-  result with `isError: true` whose text starts with the code. Arguments that
-  do not match a tool's input schema are refused by the MCP SDK with its own
-  text ([mcp.md](mcp.md#errors)).
+  result with `isError: true` whose text starts with the code, also for
+  arguments that do not match a tool's input schema ([mcp.md](mcp.md#errors)).
 - A WebSocket stream refused at the handshake gets the HTTP status of its
   code; an open stream whose key stops working gets an `unauthorized` frame
   and close 1008.

@@ -70,6 +70,9 @@ async def test_tools_answer_hits_as_node_and_distance_and_errors_start_with_the_
         assert refused.is_error and refused.content[0].text.startswith("not_found:")
         too_many = await mcp.call_tool("query", {"text": "x", "k": 10**6})
         assert too_many.is_error and too_many.content[0].text.startswith("validation:")
+        for wrong in ({"k": 3}, {"text": "", "k": 3}, {"text": "x", "k": "many"}, {"text": "x", "cell_types": ["Gossip"]}):
+            refused = await mcp.call_tool("recall", wrong)  # refused by the input schema, before memesh runs
+            assert refused.is_error and refused.content[0].text.startswith("validation: "), refused.content
     await app.state.mcp.close()
 
 
