@@ -20,7 +20,9 @@ from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
+from mcp import MCPError
 from mcp.server import MCPServer
+from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
@@ -28,7 +30,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from api.errors import describe
 from head.facade import Bucket, Memesh
-from mesh.errors import MemeshError, Unauthorized
+from mesh.errors import MemeshError, RateLimited, Unauthorized
 from mesh.identity import Principal
 from mesh.model import Cell, CellType, Layer, NewCell
 from mesh.query import NodeFilter
@@ -139,9 +141,34 @@ class MemeshMCPServer(MCPServer):
             raise ToolError(f"validation: {describe(exc.__cause__.errors())}") from exc.__cause__
 
 
+RATE_LIMITED = -32029  # a JSON-RPC server error code: the message starts "rate_limited:" and says when to retry
+
+
+def _metered(memesh: Memesh) -> ServerMiddleware[Any]:
+    """SDK middleware: every MCP message but a tool call costs its caller one Read token (a tool call
+    costs its own bucket, in the tool), so ``initialize``, ``tools/list`` or ``ping`` cannot be sent
+    without bound. An empty bucket refuses the request with ``rate_limited: ...`` and drops a notification."""
+
+    async def metered(
+        ctx: ServerRequestContext[Any, Any], call_next: Callable[[ServerRequestContext[Any, Any]], Awaitable[HandlerResult]]
+    ) -> HandlerResult:
+        request = ctx.request
+        principal = getattr(request.state, "principal", None) if request is not None else None
+        if ctx.method != "tools/call" and isinstance(principal, Principal):
+            try:
+                memesh.charge(principal, Bucket.READ)
+            except RateLimited as exc:
+                if ctx.request_id is None:
+                    return None
+                raise MCPError(RATE_LIMITED, f"rate_limited: {exc.message}; retry in {exc.retry_after} s") from None
+        return await call_next(ctx)
+
+    return metered
+
+
 def build_mcp_server(memesh: Memesh) -> MCPServer:
     """The tool set over ``memesh``'s use cases."""
-    server = MemeshMCPServer("memesh", instructions=INSTRUCTIONS)
+    server = MemeshMCPServer("memesh", instructions=INSTRUCTIONS, middleware=[_metered(memesh)])
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def search_tool(name: str, description: str, search: Search) -> None:

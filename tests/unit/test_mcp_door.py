@@ -6,13 +6,14 @@ The official client runs over an in-process ASGI transport (the SDK's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
+from mcp import MCPError
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -87,4 +88,18 @@ async def test_a_reader_cannot_write_and_another_tenant_sees_nothing(core: Memes
         assert (await mcp.call_tool("recall", {"text": "launch code under the mat"})).structured_content["result"]
     async with mcp_client(app, {"x-service-key": stranger}, "2026-07-28") as mcp:
         assert (await mcp.call_tool("recall", {"text": "launch code under the mat"})).structured_content["result"] == []
+    await app.state.mcp.close()
+
+
+async def test_messages_other_than_tool_calls_are_charged_too(make_core: Callable[..., Memesh]) -> None:
+    """A Reader must not send ``tools/list`` or ``ping`` without bound: each costs a Read token."""
+    core = make_core(rate_limits={"read": {"rate": 0.001, "burst": 3}})
+    app = create_app(core)
+    key = await key_of(core, "t1", "Reader")
+    async with mcp_client(app, {"x-service-key": key}, "2026-07-28") as mcp:
+        with pytest.raises(MCPError, match=r"^rate_limited: "):
+            for _ in range(10):
+                await mcp.list_tools()
+        refused = await mcp.call_tool("recall", {"text": "anything"})  # the same Read bucket
+        assert refused.is_error and refused.content[0].text.startswith("rate_limited:")
     await app.state.mcp.close()
