@@ -63,6 +63,8 @@ def create_app(
     if console is not None:
         mount_admin(app, memesh, console, max_body_bytes, request_timeout_s)
     app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
-    app.state.mcp = McpDoor(memesh, max_body_bytes)  # MCP over Streamable HTTP at /mcp (cluster.serve closes it)
+    app.state.mcp = McpDoor(
+        memesh, max_body_bytes, request_timeout_s
+    )  # MCP over Streamable HTTP at /mcp (cluster.serve closes it)
     app.add_middleware(McpRoute, door=app.state.mcp)
     return app

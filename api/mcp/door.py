@@ -10,6 +10,11 @@ Guarantees:
 - The SDK runs stateless (no session to stick to a head) with JSON answers,
   serving the handshake era and the 2026-07-28 era alike. Its session manager
   is started on the first request and stopped by :meth:`McpDoor.close`.
+- Only POST is served (stateless: there is no server stream to GET and no
+  session to DELETE; anything else is 405), with the ``/v1`` body rules:
+  a non-JSON body is 415, one over ``max_body_bytes`` 400, a request still
+  running after ``timeout_s`` 504. So no admitted request holds a
+  connection open without bound.
 - Every other path goes to the wrapped application untouched.
 """
 
@@ -19,14 +24,15 @@ import asyncio
 import contextlib
 
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.admission import KEY_HEADER, client_address
-from api.errors import memesh_error_response
-from api.gate_common import header_map
+from api.errors import error_response, memesh_error_response
+from api.gate_common import body_refusal, header_map, run_guarded
 from api.mcp.tools import build_mcp_server
 from head.facade import Memesh
-from mesh.errors import MemeshError
+from mesh.errors import ErrorCode, MemeshError, Unavailable
 
 PATHS = ("/mcp", "/mcp/")
 
@@ -43,8 +49,10 @@ def presented_key(headers: dict[str, str]) -> str | None:
 class McpDoor:
     """``/mcp``: admitted, then served by the MCP SDK (``handle``); ``close`` at shutdown."""
 
-    def __init__(self, memesh: Memesh, max_body_bytes: int) -> None:
+    def __init__(self, memesh: Memesh, max_body_bytes: int, timeout_s: float = 30.0) -> None:
         self.memesh = memesh
+        self.max_body_bytes = max_body_bytes
+        self.timeout_s = timeout_s
         self.server = build_mcp_server(memesh)
         # Host and Origin are judged by the deployment's own proxy and the key, not by a loopback allow-list.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
@@ -62,19 +70,34 @@ class McpDoor:
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return
-        await self._started()
+        refusal: Response | None
+        if scope["method"] != "POST":  # stateless: no server stream to GET, no session to DELETE
+            refusal = error_response(405, ErrorCode.VALIDATION, "send MCP messages with POST", {"Allow": "POST"})
+        else:
+            refusal = body_refusal(scope, headers, self.max_body_bytes)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        if not await self._started():
+            await memesh_error_response(Unavailable("MCP is not being served"))(scope, receive, send)
+            return
         scope = {**scope, "path": "/mcp", "raw_path": b"/mcp", "state": {**scope.get("state", {}), "principal": principal}}
-        await self.mcp_app(scope, receive, send)
+        await run_guarded(self.mcp_app, scope, receive, send, self.max_body_bytes, self.timeout_s)
 
-    async def _started(self) -> None:
+    async def _started(self) -> bool:
+        """True once the SDK's session manager runs; False when it failed or the door was closed."""
         if self._running is None:
             self._running = asyncio.get_running_loop().create_task(self._run())
         await self._ready.wait()
+        return not self._running.done() and not self._stop.is_set()
 
     async def _run(self) -> None:
-        async with self.server.session_manager.run():
-            self._ready.set()
-            await self._stop.wait()
+        try:
+            async with self.server.session_manager.run():
+                self._ready.set()
+                await self._stop.wait()
+        finally:
+            self._ready.set()  # nobody waits forever on a manager that failed to start
 
     async def close(self) -> None:
         """Stop the SDK's session manager (at shutdown)."""

@@ -6,6 +6,7 @@ The official client runs over an in-process ASGI transport (the SDK's
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -102,4 +103,21 @@ async def test_messages_other_than_tool_calls_are_charged_too(make_core: Callabl
                 await mcp.list_tools()
         refused = await mcp.call_tool("recall", {"text": "anything"})  # the same Read bucket
         assert refused.is_error and refused.content[0].text.startswith("rate_limited:")
+    await app.state.mcp.close()
+
+
+async def test_only_post_is_served_and_nothing_holds_a_connection_open(core: Memesh) -> None:
+    """Stateless MCP has no server stream: a GET must not open one that never ends (a Reader could
+    hold any number); other methods and bodies get the same envelopes as /v1."""
+    app = create_app(core, max_body_bytes=1024)
+    key = await key_of(core, "t1", "Reader")
+    headers = {"x-service-key": key, "accept": "application/json, text/event-stream"}
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
+    for method in ("GET", "DELETE", "PUT"):
+        refused = await asyncio.wait_for(http.request(method, "/mcp", headers=headers), 5)
+        assert_error(refused, 405, "validation")
+        assert refused.headers["allow"] == "POST"
+    assert_error(await http.post("/mcp", content=b"x=1", headers={**headers, "content-type": "text/plain"}), 415, "validation")
+    assert_error(await http.post("/mcp", json={"pad": "x" * 2048}, headers=headers), 400, "validation")
+    await http.aclose()
     await app.state.mcp.close()
