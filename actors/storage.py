@@ -378,10 +378,14 @@ class KeyedTable:
         return rows
 
     async def write(self, rows: pa.Table) -> None:
-        """Commit ``rows`` (at most one per key): new keys appended, committed ones replaced."""
+        """Commit ``rows``: new keys appended, committed ones replaced; of rows sharing a key, the last."""
         if rows.num_rows == 0:
             return
         keys = rows.column(self.key).to_pylist()
+        if len(set(keys)) != len(keys):
+            last = {k: i for i, k in enumerate(keys)}
+            rows = rows.take(sorted(last.values()))
+            keys = rows.column(self.key).to_pylist()
         async with self._lock:
             stored = pa.array([k in self._stored for k in keys], type=pa.bool_())
             await self.rows.append(rows.filter(pc.invert(stored)))

@@ -55,3 +55,10 @@ async def test_delete_and_erase_forget_their_keys(tmp_path: Path) -> None:
     assert "a" not in table and "b" not in table and "d" in table
     await table.write(rows(("a", 3)))  # a deleted key is new again: appended, not merged
     assert await stored(table) == {"a": 3, "c": 9, "d": 1}
+
+
+async def test_rows_sharing_a_key_in_one_write_leave_the_last(tmp_path: Path) -> None:
+    table = await open_table(tmp_path)
+    await table.write(rows(("a", 1), ("a", 2), ("b", 1)))
+    await table.write(rows(("b", 2), ("b", 3)))
+    assert await stored(table) == {"a": 2, "b": 3}
