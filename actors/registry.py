@@ -288,7 +288,7 @@ class Registry:
 
     async def _flush_subjects(self, bindings: list[SubjectBinding]) -> None:
         assert self._subject_table is not None
-        await self._subject_table.write(_subjects_to_arrow(list({b.subject: b for b in bindings}.values())))
+        await self._subject_table.write(_subjects_to_arrow(bindings))
 
     # ------------------------------------------------------------------ sessions
     async def open_session(self, session: Session) -> Session:
@@ -378,8 +378,8 @@ class Registry:
 
     async def _flush_agents(self, agents: list[Agent]) -> None:
         assert self._agent_table is not None
-        await self._agent_table.write(agents_to_arrow({a.id: a for a in agents}.values()))
+        await self._agent_table.write(agents_to_arrow(agents))
 
     async def _flush_sessions(self, sessions: list[Session]) -> None:
         assert self._session_table is not None
-        await self._session_table.write(sessions_to_arrow({s.id: s for s in sessions}.values()))
+        await self._session_table.write(sessions_to_arrow(sessions))
