@@ -8,8 +8,11 @@ Guarantees:
   per client address, the principal cache and the buckets are the same on
   every surface, and a refusal is the mesh error (``Unauthorized`` 401,
   ``RateLimited`` 429 with ``Retry-After``) that :mod:`api.errors` encodes.
-- The key is read from ``x-service-key`` (an HTTP header, or gRPC metadata)
-  and nowhere else; the client address is the peer as this server sees it.
+- The key is read from ``x-service-key`` (an HTTP header, or gRPC metadata);
+  on surfaces whose clients can only send a bearer token (``/mcp``), also
+  from ``Authorization: Bearer`` (:func:`presented_key`). Nowhere else: never
+  from a body or an argument. The client address is the peer as this server
+  sees it.
 - The shapes:
 
   * HTTP gate and route (REST ``/v1``; the next HTTP surfaces reuse it): the
@@ -48,6 +51,15 @@ def peer_address(context: grpc.aio.ServicerContext) -> str:
     if kind == "ipv6":
         return rest.rsplit("]", 1)[0].lstrip("[")
     return rest.rsplit(":", 1)[0] if kind == "ipv4" else peer or "unknown"
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    """``x-service-key``, else the token of ``Authorization: Bearer <token>``."""
+    key = headers.get(KEY_HEADER)
+    if key:
+        return key
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 # ------------------------------------------------------------ HTTP gate and route

@@ -27,7 +27,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.admission import KEY_HEADER, client_address
+from api.admission import client_address, presented_key
 from api.errors import error_response, memesh_error_response
 from api.gate_common import body_refusal, header_map, run_guarded
 from api.mcp.tools import build_mcp_server
@@ -35,15 +35,6 @@ from head.facade import Memesh
 from mesh.errors import ErrorCode, MemeshError, Unavailable
 
 PATHS = ("/mcp", "/mcp/")
-
-
-def presented_key(headers: dict[str, str]) -> str | None:
-    """``x-service-key``, else the token of ``Authorization: Bearer <token>``."""
-    key = headers.get(KEY_HEADER)
-    if key:
-        return key
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
 
 
 class McpDoor:

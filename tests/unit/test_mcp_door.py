@@ -18,8 +18,8 @@ from mcp import MCPError
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from api.admission import presented_key
 from api.app import create_app
-from api.mcp.door import presented_key
 from head.facade import Memesh
 from tests.unit.conftest import ADMIN, assert_error
 
