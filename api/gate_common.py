@@ -83,7 +83,9 @@ class _BodyTooLarge(Exception):
 
 async def run_guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, max_body_bytes: int, timeout_s: float) -> None:
     """Run an HTTP request: a body growing past ``max_body_bytes`` gets 400, one running past
-    ``timeout_s`` gets 504 ``timeout`` (when no response has started yet)."""
+    ``timeout_s`` gets 504 ``timeout`` (when no response has started yet). The timeout is the
+    request state's ``deadline`` (an :class:`asyncio.Timeout`): a route that turns into a stream
+    bounded otherwise (an MCP listen stream) may reschedule it."""
     started = False
     received = 0
 
@@ -103,7 +105,8 @@ async def run_guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, 
         await send(message)
 
     try:
-        async with asyncio.timeout(timeout_s):
+        async with asyncio.timeout(timeout_s) as deadline:
+            scope.setdefault("state", {})["deadline"] = deadline
             await app(scope, receive_capped, send_tracking)
     except TimeoutError:
         if not started:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from mesh.model import Cell
 from mesh.times import rfc3339
@@ -95,6 +96,7 @@ class PullResult:
     window_high: int
     has_more: bool
     max_seq: int  # the largest delivery_seq among the items (0 when none)
+    window_low: int = 0  # the first delivery_seq of the window, read scope aside (0 when empty): a gap shows
 
     @property
     def count(self) -> int:
@@ -104,6 +106,16 @@ class PullResult:
     def items_json(self) -> str:
         """The items as one JSON array."""
         return "[" + ",".join(self.items) + "]"
+
+
+def pull_page(page: PullResult, include_embeddings: bool) -> dict[str, Any]:
+    """The pull page as a mapping (the ``PullOut`` fields); each ``diff`` without its embedding unless
+    ``include_embeddings`` (surfaces read by models: 384 floats an item would fill a context)."""
+    items = json.loads(page.items_json)
+    if not include_embeddings:
+        for item in items:
+            item["diff"].pop("embedding", None)
+    return {"items": items, "cursor": page.cursor, "window_high": page.window_high, "has_more": page.has_more}
 
 
 def pull_body(page: PullResult) -> str:

@@ -15,23 +15,24 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
-from mcp import MCPError
 from mcp.server import MCPServer
 from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from api.errors import describe
+from api.mcp.push import InboxWatches, add_inbox_resource, protocol_error, push_middleware
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError, RateLimited, Unauthorized
 from mesh.identity import Principal
+from mesh.inbox_wire import pull_page
 from mesh.model import Cell, CellType, Layer, NewCell
 from mesh.query import NodeFilter
 
@@ -141,7 +142,7 @@ class MemeshMCPServer(MCPServer):
             raise ToolError(f"validation: {describe(exc.__cause__.errors())}") from exc.__cause__
 
 
-RATE_LIMITED = -32029  # a JSON-RPC server error code: the message starts "rate_limited:" and says when to retry
+SELF_CHARGED = frozenset({"tools/call", "resources/read"})  # each charges its own bucket (the tool's, the inbox's)
 
 
 def _metered(memesh: Memesh) -> ServerMiddleware[Any]:
@@ -154,13 +155,13 @@ def _metered(memesh: Memesh) -> ServerMiddleware[Any]:
     ) -> HandlerResult:
         request = ctx.request
         principal = getattr(request.state, "principal", None) if request is not None else None
-        if ctx.method != "tools/call" and isinstance(principal, Principal):
+        if ctx.method not in SELF_CHARGED and isinstance(principal, Principal):
             try:
                 memesh.charge(principal, Bucket.READ)
             except RateLimited as exc:
                 if ctx.request_id is None:
                     return None
-                raise MCPError(RATE_LIMITED, f"rate_limited: {exc.message}; retry in {exc.retry_after} s") from None
+                raise protocol_error(exc) from None
         return await call_next(ctx)
 
     return metered
@@ -168,7 +169,12 @@ def _metered(memesh: Memesh) -> ServerMiddleware[Any]:
 
 def build_mcp_server(memesh: Memesh) -> MCPServer:
     """The tool set over ``memesh``'s use cases."""
-    server = MemeshMCPServer("memesh", instructions=INSTRUCTIONS, middleware=[_metered(memesh)])
+    bus = InMemorySubscriptionBus()
+    watches = InboxWatches(memesh, bus)
+    server = MemeshMCPServer(
+        "memesh", instructions=INSTRUCTIONS, middleware=[_metered(memesh), push_middleware(memesh, watches)], subscriptions=bus
+    )
+    add_inbox_resource(server, memesh)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
     def search_tool(name: str, description: str, search: Search) -> None:
@@ -281,11 +287,6 @@ def build_mcp_server(memesh: Memesh) -> MCPServer:
     ) -> dict[str, Any]:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.INBOX)
-        page = await memesh.inbox.pull(principal, since, ack, limit)
-        items = json.loads(page.items_json)
-        if not include_embeddings:
-            for item in items:
-                item["diff"].pop("embedding", None)
-        return {"items": items, "cursor": page.cursor, "window_high": page.window_high, "has_more": page.has_more}
+        return pull_page(await memesh.inbox.pull(principal, since, ack, limit), include_embeddings)
 
     return server

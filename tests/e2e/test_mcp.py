@@ -9,6 +9,7 @@ the key is sent as ``Authorization: Bearer`` (what most hosts can send) or as
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -142,5 +143,75 @@ def test_the_inbox_is_pulled_through_mcp_without_embeddings(server: Server) -> N
             assert "embedding" not in item["diff"] and item["delivery_seq"] >= 1
             acked = structured(await mcp.call_tool("pull_inbox", {"ack": page["window_high"]}))
             assert acked["cursor"] == page["window_high"]
+
+    run(body)
+
+
+def inbox(agent_id: str) -> str:
+    return f"memesh://agents/{agent_id}/inbox"
+
+
+def test_a_listen_stream_on_the_own_inbox_is_told_when_a_delivery_commits(server: Server) -> None:
+    """The push no peer has: subscriptions/listen on the caller's inbox resource (2026-07-28 era)."""
+    listener = server.issue("mcp-push", "Reader", "listener")
+    writer = server.issue("mcp-push", "Writer", "writer")
+    own = inbox(listener["agent_id"])
+
+    async def body() -> None:
+        async with client(server, bearer(listener["plaintext_secret"]), "2026-07-28") as mcp:
+            structured(await mcp.call_tool("place_beacon", {"interest": "rollback plan for the billing database migration"}))
+            async with mcp.listen(resource_subscriptions=[own]) as subscription:
+                assert subscription.honored.resource_subscriptions == [own]
+                with server.http(writer["plaintext_secret"]) as http:
+                    written = http.post(
+                        "/v1/cells",
+                        json={
+                            "content": "The billing database migration rolls back by restoring Sunday's snapshot.",
+                            "cell_type": "Decision",
+                        },
+                    )
+                    assert written.status_code == 201, written.text
+                event = await asyncio.wait_for(anext(subscription), 60)
+                assert getattr(event, "uri", None) == own
+            page = json.loads((await mcp.read_resource(own)).contents[0].text)
+            assert page["items"] and "embedding" not in page["items"][0]["diff"]
+            assert page["cursor"] == 0, "reading the resource acknowledges nothing"
+
+    run(body)
+
+
+def test_another_agents_inbox_can_be_neither_subscribed_to_nor_read(server: Server) -> None:
+    me = server.issue("mcp-push-foreign", "Reader", "me")
+    other = server.issue("mcp-push-foreign", "Reader", "other")
+
+    async def body() -> None:
+        async with client(server, bearer(me["plaintext_secret"]), "2026-07-28") as mcp:
+            for uris in ([inbox(other["agent_id"])], [inbox(me["agent_id"]), inbox(other["agent_id"])], ["file:///etc/passwd"]):
+                with pytest.raises(MCPError) as refused:
+                    async with mcp.listen(resource_subscriptions=uris):
+                        pass
+                assert str(refused.value.error.message).startswith("forbidden:"), refused.value
+            with pytest.raises(MCPError) as refused:
+                await mcp.read_resource(inbox(other["agent_id"]))
+            assert refused.value.error.message.startswith("forbidden:")
+
+    run(body)
+
+
+def test_a_revoked_key_ends_its_listen_stream_at_once(server: Server) -> None:
+    agent = server.issue("mcp-push-revoke", "Reader", "doomed")
+
+    async def body() -> None:
+        own = inbox(agent["agent_id"])
+        async with (
+            client(server, bearer(agent["plaintext_secret"]), "2026-07-28") as mcp,
+            mcp.listen(resource_subscriptions=[own]) as subscription,
+        ):
+            await asyncio.to_thread(server.admin, "agents", "revoke", agent["agent_id"])
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(Exception) as ended:  # the stream ends: the listen request's error
+                await asyncio.wait_for(anext(subscription), 8)
+            assert not isinstance(ended.value, TimeoutError), "the stream outlived its key"
+            assert asyncio.get_running_loop().time() - started < 5
 
     run(body)
