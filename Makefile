@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The real OpenID provider of the console login tests (npm oidc-provider, pinned by its lock file).
 OIDC_STAMP := tests/oidc/node_modules/.installed
+# The stock MCP hosts whose docs/mcp.md snippets the suite runs (npm claude-code and codex, pinned by their lock file).
+HOSTS_STAMP := tests/hosts/node_modules/.installed
 
 .PHONY: install serve test lint typecheck unit bench clean
 
@@ -21,6 +23,10 @@ $(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json
 	npm ci --prefix tests/oidc --no-audit --no-fund
 	touch $(OIDC_STAMP)
 
+$(HOSTS_STAMP): tests/hosts/package.json tests/hosts/package-lock.json
+	npm ci --prefix tests/hosts --no-audit --no-fund
+	touch $(HOSTS_STAMP)
+
 serve: install
 	$(VENV)/bin/memesh serve
 
@@ -31,7 +37,7 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-test: install $(OIDC_STAMP) lint typecheck
+test: install $(OIDC_STAMP) $(HOSTS_STAMP) lint typecheck
 	$(PY) -m pytest
 
 unit: install
@@ -41,4 +47,4 @@ bench: install
 	$(PY) -m bench.run_all
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/oidc/node_modules
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/oidc/node_modules tests/hosts/node_modules
