@@ -3,8 +3,8 @@
 Guarantees:
 - The caller is the principal the door admitted (``request.state.principal``);
   no tool takes an identity, tenant or agent from its arguments.
-- Each tool charges its rate-limit bucket as the REST route does (reads the
-  Read bucket, writes the Write bucket, beacons and the inbox the Inbox
+- Each tool charges its rate-limit bucket as the REST route does (reads and
+  beacons the Read bucket, writes the Write bucket, the inbox the Inbox
   bucket) before it does any work.
 - A refusal is a tool error whose text starts with the spec's error code
   (``validation: k must be between 1 and 1000``), so an agent can branch on
@@ -251,14 +251,14 @@ def build_mcp_server(memesh: Memesh) -> MCPServer:
         ttl_s: Annotated[float | None, Field(gt=0, description="Seconds until the beacon expires.")] = None,
     ) -> BeaconPlaced:
         principal = _caller(ctx)
-        memesh.charge(principal, Bucket.INBOX)
+        memesh.charge(principal, Bucket.READ)
         return BeaconPlaced(node_id=(await memesh.inbox.place_beacon(principal, interest, None, ttl_s)).id)
 
     @server.tool(description="Remove one of your beacons.", annotations=ToolAnnotations(idempotent_hint=True))
     @_coded
     async def remove_beacon(ctx: Context, node_id: str) -> Ok:
         principal = _caller(ctx)
-        memesh.charge(principal, Bucket.INBOX)
+        memesh.charge(principal, Bucket.READ)
         await memesh.inbox.remove_beacon(principal, node_id)
         return Ok()
 
