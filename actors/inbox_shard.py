@@ -181,6 +181,7 @@ class InboxShard:
             page.window_high,
             page.has_more,
             max((d.seq for d in page.items), default=0),
+            page.window_low,
         )
 
     async def ack(self, agent_id: str, ack: int) -> int:

@@ -9,9 +9,10 @@ Guarantees:
   every surface, and a refusal is the mesh error (``Unauthorized`` 401,
   ``RateLimited`` 429 with ``Retry-After``) that :mod:`api.errors` encodes.
 - The key is read from ``x-service-key`` (an HTTP header, or gRPC metadata);
-  on surfaces whose clients can only send a bearer token (``/mcp``), also
-  from ``Authorization: Bearer`` (:func:`presented_key`). Nowhere else: never
-  from a body or an argument. The client address is the peer as this server
+  on surfaces whose clients can only send a bearer token (``/mcp``), and on
+  gRPC (metadata ``authorization: Bearer``), also from ``Authorization:
+  Bearer`` (:func:`presented_key`). Nowhere else: never from a body or an
+  argument. The client address is the peer as this server
   sees it.
 - The shapes:
 
@@ -94,7 +95,16 @@ async def admit_connection(memesh: Memesh, connection: HTTPConnection, bucket: B
     return await memesh.admit(service_key(connection), bucket, client_address(connection.scope))
 
 
-async def admit_grpc(memesh: Memesh, context: grpc.aio.ServicerContext, bucket: Bucket) -> Principal:
-    """``admit`` for one gRPC call: the ``x-service-key`` metadata (a text value) and the peer's address."""
-    key = dict(context.invocation_metadata() or ()).get(KEY_HEADER)
-    return await memesh.admit(key if isinstance(key, str) else None, bucket, peer_address(context))
+def grpc_key(context: grpc.aio.ServicerContext) -> str | None:
+    """The key a gRPC call presents (:func:`presented_key` over its text metadata, first value of each)."""
+    metadata: dict[str, str] = {}
+    for name, value in context.invocation_metadata() or ():
+        if isinstance(value, str):
+            metadata.setdefault(name, value)
+    return presented_key(metadata)
+
+
+async def admit_grpc(memesh: Memesh, context: grpc.aio.ServicerContext, bucket: Bucket, cost: float = 1.0) -> Principal:
+    """``admit`` for one gRPC call: its key (:func:`grpc_key`) and the peer's address, charged ``cost``
+    tokens of ``bucket`` (a batch: its size)."""
+    return await memesh.admit(grpc_key(context), bucket, peer_address(context), cost)

@@ -1,4 +1,4 @@
-"""The head node's FastAPI application: /v1, /healthz, /openapi.json, /metrics, and the console.
+"""The head node's FastAPI application: /v1, /healthz, /openapi.json, /metrics, the console, and A2A.
 
 The facade is ``app.state.memesh`` (every router reaches it through
 :data:`api.deps.Core`). The /v1 gate (:mod:`api.data.gate`) judges every
@@ -12,6 +12,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import JSONResponse
 
+from api.a2a.card import A2aConfig
+from api.a2a.door import mount_a2a
 from api.console.mount import mount_admin
 from api.console.oidc import ConsoleConfig
 from api.console.operator_api import public_router as published_keys_router
@@ -33,9 +35,11 @@ def create_app(
     request_timeout_s: float = 30.0,
     console: ConsoleConfig | None = None,
     metrics_token: str | None = None,
+    a2a: A2aConfig | None = None,
 ) -> FastAPI:
     """An app serving ``memesh``; with ``console``, also the control plane (``/admin``, the
-    console login and its session gate). Its lifespan is the caller's (``cluster.serve``)."""
+    console login and its session gate); with ``a2a``, the A2A card and JSON-RPC binding
+    (``app.state.a2a``, else None). Its lifespan is the caller's (``cluster.serve``)."""
     app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None)
     app.state.memesh = memesh
     install_error_handlers(app)
@@ -62,6 +66,7 @@ def create_app(
     install_metrics(app, memesh, metrics_token)  # aggregate counts only; a bearer token when metrics_token is set
     if console is not None:
         mount_admin(app, memesh, console, max_body_bytes, request_timeout_s)
+    app.state.a2a = mount_a2a(app, memesh, a2a, max_body_bytes, request_timeout_s) if a2a is not None else None
     app.add_middleware(V1Gate, memesh=memesh, max_body_bytes=max_body_bytes, timeout_s=request_timeout_s)
     app.state.mcp = McpDoor(
         memesh, max_body_bytes, request_timeout_s

@@ -107,6 +107,9 @@ class MemeshServer:
         self.grpc_port = free_port()
         while self.grpc_port == self.port:
             self.grpc_port = free_port()
+        self.grpc_data_port = free_port()
+        while self.grpc_data_port in (self.port, self.grpc_port):
+            self.grpc_data_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
 
@@ -136,6 +139,7 @@ class MemeshServer:
                 "MEMESH_RATE_LIMITS__READ__RATE": "0",
                 "MEMESH_RATE_LIMITS__WRITE__RATE": "0",
                 "MEMESH_SERVER__LOG_LEVEL": "warning",
+                "MEMESH_SERVER__GRPC_DATA_HOST": "127.0.0.1",
                 "RAY_USAGE_STATS_ENABLED": "0",
                 # a stray ./memesh.toml must not change what is measured: point at an empty one
                 "MEMESH_CONFIG": str(self._empty_config()),
@@ -153,6 +157,8 @@ class MemeshServer:
             str(self.port),
             "--grpc-port",
             str(self.grpc_port),
+            "--grpc-data-port",
+            str(self.grpc_data_port),
             "--engine",
             self.engine,
         ]

@@ -30,6 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("server", "host", args.host),
         ("server", "port", args.port),
         ("server", "grpc_port", args.grpc_port),
+        ("server", "grpc_data_port", args.grpc_data_port),
         ("storage", "data_dir", args.data_dir),
         ("embedding", "engine", args.engine),
     ):
@@ -183,6 +184,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.add_argument("--grpc-port", type=int)
+    serve.add_argument("--grpc-data-port", type=int)
     serve.add_argument("--data-dir")
     serve.add_argument("--engine", choices=["minilm", "hash"])
     serve.set_defaults(func=_serve)

@@ -19,9 +19,11 @@ import grpc
 import uvicorn
 from fastapi import FastAPI
 
+from api.a2a.card import A2aConfig
 from api.app import create_app
 from api.console.grpc_service import add_admin_service
 from api.console.oidc import ConsoleConfig
+from api.grpc_data.server import DataPlane, DataPlaneConfig, start_data_plane
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
 from head.facade import Memesh
@@ -76,6 +78,37 @@ def console_config(settings: Settings) -> ConsoleConfig | None:
     )
 
 
+def a2a_config(settings: Settings) -> A2aConfig | None:
+    """The A2A binding's part of the settings, or None when ``a2a.enabled`` is off. Without
+    ``a2a.public_url`` the card advertises this listener (a wildcard host as ``localhost``)."""
+    a2a = settings.a2a
+    if not a2a.enabled:
+        return None
+    server = settings.server
+    host = "localhost" if server.host in ("0.0.0.0", "::", "") else server.host
+    host = f"[{host}]" if ":" in host else host
+    base_url = a2a.public_url or f"{'https' if server.tls else 'http'}://{host}:{server.port}"
+    return A2aConfig(base_url=base_url, data_dir=settings.storage.data_dir, name=a2a.name, description=a2a.description)
+
+
+def data_plane_config(settings: Settings) -> DataPlaneConfig | None:
+    """The gRPC data plane's listener (its own: the admin one stays on loopback), or None when
+    ``server.grpc_data_enabled`` is off. TLS with REST's certificate when REST has one."""
+    server = settings.server
+    if not server.grpc_data_enabled:
+        return None
+    return DataPlaneConfig(
+        host=server.grpc_data_host,
+        port=server.grpc_data_port,
+        certfile=server.tls_certfile,
+        keyfile=server.tls_keyfile,
+        reflection=settings.grpc_reflection_enabled,
+        max_message_bytes=server.max_body_bytes,
+        request_timeout_s=server.request_timeout_s,
+        max_concurrent_rpcs=settings.limits.max_inbox_streams + 1024,  # every stream, and room for unary calls beside
+    )
+
+
 def _disconnect(settings: Settings) -> None:
     if not settings.ray.in_process:
         from actors.ray_directory import shutdown
@@ -85,10 +118,11 @@ def _disconnect(settings: Settings) -> None:
 
 async def _listen(settings: Settings, memesh: Memesh) -> None:
     grpc_server: grpc.aio.Server | None = None
+    data_plane: DataPlane | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        nonlocal grpc_server
+        nonlocal grpc_server, data_plane
         if settings.server.grpc_enabled:
             grpc_server = grpc.aio.server()
             add_admin_service(grpc_server, memesh)
@@ -104,14 +138,25 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
             await grpc_server.start()
             scheme = "TLS" if server_settings.grpc_tls else "plaintext"
             print(f"memesh: gRPC admin on {settings.server.grpc_host}:{bound} ({scheme})", flush=True)
+        data_config = data_plane_config(settings)
+        if data_config is not None:
+            data_plane = await start_data_plane(memesh, data_config)
+            scheme = "TLS" if data_config.tls else "plaintext"
+            print(f"memesh: gRPC data plane on {data_config.host}:{data_plane.port} ({scheme})", flush=True)
         scheme = "https" if settings.server.tls else "http"
         print(f"memesh: REST on {scheme}://{settings.server.host}:{settings.server.port} (MCP at /mcp)", flush=True)
         if settings.admin.console_enabled:
             print(f"memesh: operator console at {scheme}://{settings.server.host}:{settings.server.port}/admin", flush=True)
+        if app.state.a2a is not None:
+            print(f"memesh: A2A at {scheme}://{settings.server.host}:{settings.server.port}/a2a/v1 (card public)", flush=True)
         try:
             yield
         finally:
             await app.state.mcp.close()
+            if app.state.a2a is not None:
+                await app.state.a2a.close()
+            if data_plane is not None:
+                await data_plane.stop()
             if grpc_server is not None:
                 await grpc_server.stop(grace=2.0)
 
@@ -122,6 +167,7 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
         settings.server.request_timeout_s,
         console_config(settings),
         metrics_token=token.get_secret_value() if token is not None else None,
+        a2a=a2a_config(settings),
     )
     app.router.lifespan_context = lifespan
     config = uvicorn.Config(

@@ -31,6 +31,10 @@ class ServerSettings(_Section):
     grpc_host: str = "127.0.0.1"
     grpc_port: int = Field(50051, ge=0, le=65535)
     grpc_enabled: bool = True
+    grpc_data_enabled: bool = True  # the gRPC data plane, memesh.data.v1 (docs/grpc.md), on a listener of its own
+    grpc_data_host: str = "0.0.0.0"  # faces agents, as REST's host does
+    grpc_data_port: int = Field(50052, ge=0, le=65535)
+    grpc_reflection: bool | None = None  # reflection on the data plane; None: on in the dev profile, off in production
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     request_timeout_s: float = Field(30.0, gt=0)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
@@ -60,12 +64,21 @@ class ServerSettings(_Section):
     @property
     def grpc_loopback(self) -> bool:
         """True when the gRPC admin service listens on a loopback address only."""
-        if self.grpc_host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.grpc_host).is_loopback
-        except ValueError:
-            return False
+        return _loopback(self.grpc_host)
+
+    @property
+    def grpc_data_loopback(self) -> bool:
+        """True when the gRPC data plane listens on a loopback address only."""
+        return _loopback(self.grpc_data_host)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class StorageSettings(_Section):
@@ -209,6 +222,25 @@ class AdminSettings(_Section):
         return self
 
 
+class A2aSettings(_Section):
+    """The optional A2A binding (docs/a2a.md): the signed agent card and JSON-RPC at ``/a2a/v1``."""
+
+    enabled: bool = False
+    public_url: str | None = None  # the base URL the card advertises; None: http(s)://<server.host>:<server.port>
+    name: str = Field("memesh", min_length=1, max_length=128)
+    description: str = Field(
+        "Shared memory for agents: recall, query and write knowledge, sessions, beacons and the inbox.",
+        min_length=1,
+        max_length=2048,
+    )
+
+    @model_validator(mode="after")
+    def _url(self) -> A2aSettings:
+        if self.public_url is not None and not self.public_url.startswith(("https://", "http://")):
+            raise ValueError("a2a.public_url must be an http(s) URL")
+        return self
+
+
 class ScenesSettings(_Section):
     join_similarity: float = Field(0.55, ge=-1, le=1)
     duplicate_similarity: float = Field(0.9, ge=-1, le=1)
@@ -287,6 +319,7 @@ class Settings(BaseSettings):
     rate_limits: RateLimitSettings = RateLimitSettings()
     observatory: ObservatorySettings = ObservatorySettings()
     admin: AdminSettings = AdminSettings()
+    a2a: A2aSettings = A2aSettings()
     scenes: ScenesSettings = ScenesSettings()
     recall: RecallSettings = RecallSettings()
     limits: LimitsSettings = LimitsSettings()
@@ -336,12 +369,21 @@ class Settings(BaseSettings):
                 (url or "https://").startswith("http://") for url in (self.admin.oidc_issuer, self.admin.public_url)
             ):
                 raise ValueError("the production profile needs https for admin.oidc_issuer and admin.public_url")
+            if self.a2a.enabled and not (self.a2a.public_url or "").startswith("https://"):
+                raise ValueError("the production profile needs an https a2a.public_url to serve A2A (the signed card names it)")
             if self.server.grpc_enabled and not self.server.grpc_loopback and not self.server.grpc_tls:
                 raise ValueError(
                     "the production profile refuses the gRPC admin service in plaintext beyond loopback "
                     "(set server.grpc_tls_certfile, or server.grpc_host = 127.0.0.1)"
                 )
         return self
+
+    @property
+    def grpc_reflection_enabled(self) -> bool:
+        """Reflection on the gRPC data plane: ``server.grpc_reflection``, else on in dev only."""
+        if self.server.grpc_reflection is not None:
+            return self.server.grpc_reflection
+        return self.profile == "dev"
 
     @property
     def observatory_enabled(self) -> bool:

@@ -17,7 +17,9 @@ Pull, in order:
    by score (highest first, then sequence): display order only.
 5. ``window_high`` is the last sequence of the window (the floor, capped at
    ``committed``, when the window is empty); ``has_more`` says a commit-stable
-   delivery exists above it. Both describe the window, not the items.
+   delivery exists above it; ``window_low`` is its first sequence (0 when
+   empty), so a window starting past ``floor + 1`` shows deliveries that left
+   (retention, erasure). All describe the window, not the items.
 
 Retention (:meth:`AgentInbox.trim`): acknowledged deliveries older than a
 configured age leave the inbox, and past a cap the oldest deliveries leave
@@ -50,6 +52,7 @@ class PullPage:
     window_high: int
     has_more: bool
     cursor_moved: bool
+    window_low: int = 0  # the window's first sequence, read scope aside (0 when empty)
 
 
 def effective_limit(limit: int | None, max_batch: int) -> int:
@@ -163,7 +166,8 @@ class AgentInbox:
         window = self.deliveries[start : min(end, start + size)]
         window_high = window[-1].seq if window else min(floor, self.committed)
         items = sorted((d for d in window if readable(d.project_id)), key=lambda d: (-d.score, d.seq))
-        return PullPage(items, self.cursor, window_high, self.committed > window_high, self.cursor != before)
+        window_low = window[0].seq if window else 0
+        return PullPage(items, self.cursor, window_high, self.committed > window_high, self.cursor != before, window_low)
 
     def apply_ack(self, ack: int) -> bool:
         """The cursor rule alone (for the stream's ack frames); True when it moved."""

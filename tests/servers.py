@@ -75,10 +75,16 @@ class Server:
         return self.data_dir / "bootstrap-admin.key"
 
     def start(self, timeout_s: float = 180.0) -> Server:
-        self.port, self.grpc_port = free_port(), free_port()
+        self.port, self.grpc_port, self.grpc_data_port = free_port(), free_port(), free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
+        self.grpc_data_address = f"127.0.0.1:{self.grpc_data_port}"
         self.namespace = f"e2e-{uuid.uuid4().hex[:8]}"
-        env = {**os.environ, "MEMESH_RAY__NAMESPACE": self.namespace, **self.extra_env}
+        env = {
+            **os.environ,
+            "MEMESH_RAY__NAMESPACE": self.namespace,
+            "MEMESH_SERVER__GRPC_DATA_HOST": "127.0.0.1",
+            **self.extra_env,
+        }
         args = [
             str(BIN / "memesh"),
             "serve",
@@ -90,6 +96,8 @@ class Server:
             str(self.port),
             "--grpc-port",
             str(self.grpc_port),
+            "--grpc-data-port",
+            str(self.grpc_data_port),
             "--data-dir",
             str(self.data_dir),
             "--engine",
@@ -170,8 +178,8 @@ class Server:
 @pytest.fixture(scope="session")
 def server(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server with the real embedding model for the e2e tests that can share it."""
-    # A small Read bucket (per caller) so the rate-limit test can reach 429 quickly.
-    env = {"MEMESH_RATE_LIMITS__READ__RATE": "20", "MEMESH_RATE_LIMITS__READ__BURST": "60"}
+    # A small Read bucket (per caller) so the rate-limit test can reach 429 quickly; A2A on (tests/e2e/test_a2a.py).
+    env = {"MEMESH_RATE_LIMITS__READ__RATE": "20", "MEMESH_RATE_LIMITS__READ__BURST": "60", "MEMESH_A2A__ENABLED": "1"}
     srv = Server(tmp_path_factory.mktemp("e2e") / "data", ray_address, "minilm", env).start()
     yield srv
     srv.stop()

@@ -36,7 +36,8 @@ from mesh.query import NodeFilter
 router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
 
 
-def _new_cell(body: CellIn) -> NewCell:
+def new_cell(body: CellIn) -> NewCell:
+    """The use case's cell of a validated ``CellIn`` (the gRPC data plane uses it too)."""
     return NewCell(
         content=body.content,
         cell_type=body.cell_type,
@@ -49,7 +50,8 @@ def _new_cell(body: CellIn) -> NewCell:
     )
 
 
-def _filter(body: QueryIn) -> NodeFilter:
+def node_filter(body: QueryIn) -> NodeFilter:
+    """The use case's filter of a validated ``QueryIn`` (the gRPC data plane uses it too)."""
     f = body.filter
     return NodeFilter(
         cell_types=frozenset(f.cell_types) if f and f.cell_types is not None else None,
@@ -62,7 +64,7 @@ def _filter(body: QueryIn) -> NodeFilter:
 
 @router.post("/cells", status_code=201, response_model=NodeOut, tags=["cells"], summary="Write one cell")
 async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
-    (cell,) = await core.memory.write_cells(principal, [_new_cell(body)])
+    (cell,) = await core.memory.write_cells(principal, [new_cell(body)])
     return NodeOut.of(cell)
 
 
@@ -70,19 +72,19 @@ async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
 async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> list[NodeOut]:
     """Charged one token of the Write bucket per cell (a batch costs what its cells would one by one)."""
     core.charge(principal, Bucket.WRITE, cost=len(body.cells))
-    cells = await core.memory.write_cells(principal, [_new_cell(c) for c in body.cells])
+    cells = await core.memory.write_cells(principal, [new_cell(c) for c in body.cells])
     return [NodeOut.of(c) for c in cells]
 
 
 @router.post("/query", response_model=list[NodeOut], tags=["retrieval"], summary="Nearest live nodes by similarity")
 async def query(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
-    cells = await core.memory.query(principal, body.text, body.embedding, body.k, _filter(body))
+    cells = await core.memory.query(principal, body.text, body.embedding, body.k, node_filter(body))
     return [NodeOut.of(c) for c in cells]
 
 
 @router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Similarity blended with salience and recency")
 async def recall(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
-    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, _filter(body))
+    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, node_filter(body))
     return [NodeOut.of(c) for c in cells]
 
 

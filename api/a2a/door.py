@@ -1,0 +1,158 @@
+"""The A2A surface on the REST listener: the card, its signing keys, and the JSON-RPC door at ``/a2a/v1``.
+
+Guarantees:
+- Mounted only when ``a2a.enabled`` (:func:`mount_a2a`); otherwise every path
+  below is the ordinary 404 envelope. None of them is in ``/openapi.json``,
+  which describes the ``/v1`` router alone.
+- ``GET /.well-known/agent-card.json`` (the SDK's route: weak ``ETag``, 304
+  on ``If-None-Match``, ``Cache-Control: public, max-age=300``) and
+  ``GET /.well-known/memesh-card-keys.json`` (the JWKS its signature names as
+  ``jku``) need no key (spec section 5, data-plane rule 5).
+- ``/a2a/v1`` (and ``/a2a/v1/``, the same endpoint, no redirect) admits the
+  caller before any JSON-RPC: the key is ``x-service-key`` or
+  ``Authorization: Bearer <key>``, resolved by the same principal cache and
+  auth-failure bucket as ``/v1`` (``Memesh.principal``); a refusal is the
+  spec's envelope (401 ``unauthorized``, 429 ``rate_limited`` with
+  ``Retry-After``) and the SDK never sees the request. Then the ``/v1`` body
+  rules: only POST (405), a JSON content type (415), at most
+  ``max_body_bytes`` (400), answered within ``timeout_s`` (504).
+- Every call costs its caller tokens: a message send costs its operation's
+  bucket (charged by the operation, :mod:`api.a2a.operations`; a refusal is
+  the reply's ``rate_limited`` envelope), or one Read token when it is
+  refused before its operation runs (:class:`api.a2a.executor.MemeshRequestHandler`);
+  any other method (``GetTask``, ``ListTasks``, ``tasks/get``, a malformed
+  body, ...) one Read token, charged here, so its refusal is an HTTP 429 with
+  ``Retry-After`` before JSON-RPC.
+- Both protocol versions share the endpoint: v1.0 method names
+  (``SendMessage``) with ``A2A-Version: 1.0``, v0.3 names (``message/send``)
+  without it or with ``A2A-Version: 0.3``. The header is never invented: as
+  the A2A specification says, a request without it is read as 0.3, so a
+  v1.0 name without it is ``-32009`` (VersionNotSupported).
+"""
+
+from __future__ import annotations
+
+import json
+
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from fastapi import FastAPI
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Message, Receive, Scope, Send
+
+from api.a2a.card import RPC_PATH, A2aConfig, signed_card
+from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
+from api.a2a.keys import KEYS_PATH, CardKey
+from api.admission import client_address, presented_key
+from api.errors import error_response, memesh_error_response
+from api.gate_common import body_refusal, header_map, run_guarded
+from head.facade import Bucket, Memesh
+from mesh.errors import ErrorCode, MemeshError
+
+SEND_METHODS = frozenset({"SendMessage", "message/send"})  # charged by their operation, not here
+CARD_CACHE = "public, max-age=300"
+
+
+class A2aDoor:
+    """``/a2a/v1`` as an ASGI app: admission and the body rules, then the SDK's JSON-RPC route."""
+
+    def __init__(self, memesh: Memesh, config: A2aConfig, max_body_bytes: int, timeout_s: float) -> None:
+        self.memesh = memesh
+        self.max_body_bytes = max_body_bytes
+        self.timeout_s = timeout_s
+        self.key = CardKey.load_or_create(config.data_dir)
+        self.card = signed_card(config, self.key)
+        self.handler = MemeshRequestHandler(memesh, InMemoryTaskStore(owner_resolver=owner_of), self.card)
+        (self.rpc,) = create_jsonrpc_routes(self.handler, RPC_PATH, context_builder=CallerContext(), enable_v0_3_compat=True)
+
+    def routes(self) -> list[BaseRoute]:
+        """The card, its keys, and this door (at ``/a2a/v1`` and ``/a2a/v1/``)."""
+        return [
+            *create_agent_card_routes(self.card, cache_control=CARD_CACHE),
+            Route(KEYS_PATH, self.published_keys, methods=["GET"]),
+            Route(RPC_PATH, self),
+            Route(RPC_PATH + "/", self),
+        ]
+
+    async def published_keys(self, request: Request) -> Response:
+        """The JWKS that verifies the card's signature (no key needed)."""
+        return JSONResponse(self.key.jwks(), headers={"Cache-Control": CARD_CACHE})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = header_map(scope)
+        try:
+            principal = await self.memesh.principal(presented_key(headers), client_address(scope))
+        except MemeshError as exc:
+            await memesh_error_response(exc)(scope, receive, send)
+            return
+        refusal: Response | None
+        if scope["method"] != "POST":
+            refusal = error_response(405, ErrorCode.VALIDATION, "send A2A JSON-RPC requests with POST", {"Allow": "POST"})
+        else:
+            refusal = body_refusal(scope, headers, self.max_body_bytes)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        scope = {**scope, "state": {**scope.get("state", {}), "principal": principal}}
+        await run_guarded(self._admitted, scope, receive, send, self.max_body_bytes, self.timeout_s)
+
+    async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Charge a call that is no message send one Read token, then hand the request to the SDK."""
+        body = await _read_body(receive)
+        if body is None:
+            return  # the client left
+        if _method_of(body) not in SEND_METHODS:
+            try:
+                self.memesh.charge(scope["state"]["principal"], Bucket.READ)
+            except MemeshError as exc:
+                await memesh_error_response(exc)(scope, receive, send)
+                return
+        await self.rpc.handle(scope, _replay(body, receive), send)
+
+    async def close(self) -> None:
+        """Drain the SDK handler's in-flight work (at shutdown)."""
+        await self.handler.aclose()
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole body (its size is capped by the ``receive`` of :func:`run_guarded`); None on a disconnect."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _method_of(body: bytes) -> str | None:
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return None
+    method = request.get("method") if isinstance(request, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` once, then waits on the real one (for the disconnect)."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def mount_a2a(app: FastAPI, memesh: Memesh, config: A2aConfig, max_body_bytes: int, timeout_s: float) -> A2aDoor:
+    """Serve the A2A surface on ``app`` (outside ``/openapi.json``); the caller closes the door at shutdown."""
+    door = A2aDoor(memesh, config, max_body_bytes, timeout_s)
+    app.router.routes.extend(door.routes())
+    return door

@@ -1,0 +1,174 @@
+"""The A2A door in process: admission before JSON-RPC, every operation through the SDK's client, no tasks.
+
+The SDK's own client (``ClientFactory``, JSON-RPC v1.0) runs over an
+in-process ASGI transport; ``tests/e2e/test_a2a.py`` drives ``memesh serve``
+in v1.0 and 0.3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.helpers.proto_helpers import get_data_parts, new_data_part, new_text_part
+from a2a.types.a2a_pb2 import CancelTaskRequest, GetTaskRequest, ListTasksRequest, Message, Part, Role, SendMessageRequest
+from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
+
+from api.a2a.card import A2aConfig
+from api.app import create_app
+from head.facade import Memesh
+from tests.unit.conftest import ADMIN, assert_error
+
+BASE = "http://memesh.test"
+RPC = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+
+
+async def key_of(core: Memesh, tenant: str, role: str = "Writer") -> str:
+    return (await core.identity.issue(ADMIN, tenant, "a2a", [role])).plaintext_secret
+
+
+@asynccontextmanager
+async def a2a_app(core: Memesh, data_dir: Path, **kw: Any) -> AsyncIterator[Any]:
+    app = create_app(core, a2a=A2aConfig(base_url=BASE, data_dir=data_dir), **kw)
+    yield app
+    await app.state.a2a.close()
+
+
+@asynccontextmanager
+async def a2a_client(app: Any, headers: dict[str, str]) -> AsyncIterator[Client]:
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+    card = await A2ACardResolver(http, BASE).get_agent_card()
+    client = ClientFactory(ClientConfig(httpx_client=http, streaming=False)).create(card)
+    yield client
+    await http.aclose()
+
+
+async def send(client: Client, *parts: Part, task_id: str = "") -> Any:
+    """The one data part of the reply message (never a task)."""
+    request = SendMessageRequest(message=Message(role=Role.ROLE_USER, message_id="m-1", parts=list(parts), task_id=task_id))
+    replies = [event async for event in client.send_message(request)]
+    assert len(replies) == 1 and replies[0].HasField("message") and not replies[0].HasField("task")
+    (data,) = get_data_parts(replies[0].message.parts)
+    return data
+
+
+def op(name: str, **args: Any) -> Part:
+    return new_data_part({"op": name, **args})
+
+
+async def test_no_key_is_the_envelope_before_any_json_rpc(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app:
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE)
+        for path in ("/a2a/v1", "/a2a/v1/"):
+            assert_error(await http.post(path, json=RPC), 401, "unauthorized")
+            assert_error(await http.post(path, json=RPC, headers={"authorization": "Bearer msh_forged"}), 401, "unauthorized")
+            assert_error(await http.post(path, content=b"{{{", headers={"x-service-key": "msh_forged"}), 401, "unauthorized")
+        await http.aclose()
+
+
+async def test_the_v1_body_rules_apply_after_admission(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path, max_body_bytes=1024) as app:
+        headers = {"x-service-key": await key_of(core, "t1", "Reader"), "a2a-version": "1.0"}
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+        for method in ("GET", "PUT", "DELETE"):
+            refused = await http.request(method, "/a2a/v1")
+            assert_error(refused, 405, "validation")
+            assert refused.headers["allow"] == "POST"
+        assert_error(await http.post("/a2a/v1", content=b"x=1", headers={"content-type": "text/plain"}), 415, "validation")
+        assert_error(await http.post("/a2a/v1", json={**RPC, "pad": "x" * 2048}), 400, "validation")
+        answer = await http.post("/a2a/v1/", json=RPC)  # the same endpoint, no redirect
+        assert answer.status_code == 200 and answer.json()["result"]["tasks"] == []
+        garbled = await http.post("/a2a/v1", content=b"{not json", headers={"content-type": "application/json"})
+        assert garbled.json()["error"]["code"] == -32700  # JSON-RPC's own parse error, once admitted
+        await http.aclose()
+
+
+async def test_every_operation_answers_one_data_part(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app, a2a_client(app, {"x-service-key": await key_of(core, "t1")}) as client:
+        written = await send(client, op("write_cell", content="we deploy the api with helm", cell_type="Decision", salience=0.9))
+        assert written["op"] == "write_cell" and set(written["result"]) == {"node_id", "scene_id"}
+        node_id, scene_id = written["result"]["node_id"], written["result"]["scene_id"]
+        for name in ("recall", "query"):
+            hits = await send(client, op(name, text="we deploy the api with helm", k=3))
+            assert hits["result"][0] == {"node_id": node_id, "distance": pytest.approx(0.0, abs=1e-4)}
+            assert hits["scope"] == {"tenant_id": "t1", "read_scope": [], "layer": None}
+        by_text = await send(client, new_text_part("we deploy the api with helm"))  # plain text is a recall
+        assert by_text["op"] == "recall" and by_text["result"][0]["node_id"] == node_id
+        scene = await send(client, op("get_scene", scene_id=scene_id))
+        assert node_id in scene["result"]["members"] and "centroid" not in scene["result"]
+        session = await send(client, op("open_session", project_id="payments"))
+        closed = await send(client, op("close_session", session_id=session["result"]["session_id"]))
+        assert closed == {"op": "close_session", "result": {"ok": True}}
+        beacon = await send(client, op("place_beacon", interest="helm charts", ttl_s=3600))
+        assert (await send(client, op("remove_beacon", node_id=beacon["result"]["node_id"])))["result"] == {"ok": True}
+        page = await send(client, op("pull_inbox", limit=10))
+        assert set(page["result"]) == {"items", "cursor", "window_high", "has_more"}
+
+
+async def test_a_refused_operation_is_the_envelope_in_the_reply(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app:
+        reader = await key_of(core, "t1", "Reader")
+        async with a2a_client(app, {"authorization": f"Bearer {reader}"}) as client:
+            missing = await send(client, op("get_scene", scene_id="00000000-0000-7000-8000-00000000dead"))
+            assert missing == {"error": {"code": "not_found", "message": missing["error"]["message"]}}
+            forbidden = await send(client, op("write_cell", content="a reader's note", cell_type="Fact"))
+            assert forbidden["error"]["code"] == "forbidden"
+            too_many = await send(client, op("query", text="x", k=10**6))
+            assert too_many["error"]["code"] == "validation"
+            with pytest.raises(InvalidParamsError, match="k: must be a whole number"):
+                await send(client, op("recall", text="x", k=2.5))
+            with pytest.raises(InvalidParamsError, match="op: must be one of"):
+                await send(client, op("consolidate_scene", scene_id="x"))
+        assert app.state.a2a.handler.task_store._impl.tasks == {}  # refusals store nothing
+
+
+async def test_another_tenant_sees_nothing(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app:
+        async with a2a_client(app, {"x-service-key": await key_of(core, "t1")}) as owner:
+            await send(owner, op("write_cell", content="the launch code is under the mat", cell_type="Fact"))
+            assert (await send(owner, new_text_part("launch code under the mat")))["result"]
+        async with a2a_client(app, {"x-service-key": await key_of(core, "t2")}) as stranger:
+            hits = await send(stranger, new_text_part("launch code under the mat"))
+            assert hits["result"] == [] and hits["scope"]["tenant_id"] == "t2"
+
+
+async def test_no_task_is_ever_made_or_shared(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app:
+        async with a2a_client(app, {"x-service-key": await key_of(core, "t1")}) as alice:
+            await send(alice, new_text_part("anything"))
+            assert list((await alice.list_tasks(ListTasksRequest())).tasks) == []
+            with pytest.raises(TaskNotFoundError):
+                await alice.get_task(GetTaskRequest(id="made-up"))
+            with pytest.raises(TaskNotFoundError):
+                await alice.cancel_task(CancelTaskRequest(id="made-up"))
+            with pytest.raises(TaskNotFoundError):  # continuing a task needs one of your own
+                await send(alice, new_text_part("anything"), task_id="made-up")
+        assert app.state.a2a.handler.task_store._impl.tasks == {}
+
+
+async def test_every_call_is_charged(make_core: Callable[..., Memesh], tmp_path: Path) -> None:
+    """A task lookup or a refused message costs a Read token (a lookup's refusal is a 429 before JSON-RPC);
+    an operation its own bucket (a refusal is the reply's envelope)."""
+    core = make_core(rate_limits={"read": {"rate": 0.001, "burst": 3}})
+    async with a2a_app(core, tmp_path) as app:
+        key = await key_of(core, "t1")
+        async with a2a_client(app, {"x-service-key": key}) as client:
+            for _ in range(2):
+                await client.list_tasks(ListTasksRequest())
+            with pytest.raises(InvalidParamsError):  # refused before it runs, and charged all the same
+                await send(client, op("recall", text="x", k=2.5))
+            refused = await send(client, new_text_part("anything"))
+            assert refused["error"]["code"] == "rate_limited" and "retry in" in refused["error"]["message"]
+            written = await send(client, op("write_cell", content="the Write bucket is another one", cell_type="Fact"))
+            assert written["op"] == "write_cell"
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers={"x-service-key": key})
+        limited = await http.post("/a2a/v1", json=RPC, headers={"a2a-version": "1.0"})
+        assert_error(limited, 429, "rate_limited")
+        assert int(limited.headers["retry-after"]) >= 1
+        await http.aclose()
+    await core.close()
