@@ -17,6 +17,7 @@ Guarantees:
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet, OKPKey
 
-from head.private_files import write_private_file
+from head.private_files import load_or_create_key
 from mesh.errors import ValidationFailed
 
 ALGORITHM = "Ed25519"
@@ -39,15 +40,8 @@ class ErasureSigner:
     @classmethod
     def load_or_create(cls, data_dir: Path) -> ErasureSigner:
         """The deployment's key: read from ``data_dir``, or generated and written there (0600) once."""
-        path = data_dir / KEY_FILE
-        if path.exists():
-            return cls(OKPKey.import_key(json.loads(path.read_text())))
-        key = OKPKey.generate_key("Ed25519", auto_kid=True)
-        try:
-            write_private_file(path, json.dumps(key.as_dict(private=True)))
-        except FileExistsError:  # another start won the race: use its key
-            return cls(OKPKey.import_key(json.loads(path.read_text())))
-        return cls(key)
+        generate = partial(OKPKey.generate_key, "Ed25519", auto_kid=True)
+        return cls(load_or_create_key(data_dir / KEY_FILE, generate, OKPKey.import_key, lambda k: k.as_dict(private=True)))
 
     @property
     def kid(self) -> str:

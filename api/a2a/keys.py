@@ -14,14 +14,14 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from joserfc.jwk import ECKey
 from jwt.api_jwk import PyJWK
 
-from head.private_files import write_private_file
+from head.private_files import load_or_create_key
 
 ALGORITHM = "ES256"
 KEY_FILE = "card-signing-key.json"
@@ -35,15 +35,8 @@ class CardKey:
     @classmethod
     def load_or_create(cls, data_dir: Path) -> CardKey:
         """The deployment's card key: read from ``data_dir``, or generated and written there (0600) once."""
-        path = data_dir / KEY_FILE
-        if path.exists():
-            return cls(ECKey.import_key(json.loads(path.read_text())))
-        key = ECKey.generate_key("P-256", auto_kid=True)
-        try:
-            write_private_file(path, json.dumps(key.as_dict(private=True)))
-        except FileExistsError:  # another start won the race: use its key
-            return cls(ECKey.import_key(json.loads(path.read_text())))
-        return cls(key)
+        generate = partial(ECKey.generate_key, "P-256", auto_kid=True)
+        return cls(load_or_create_key(data_dir / KEY_FILE, generate, ECKey.import_key, lambda k: k.as_dict(private=True)))
 
     @property
     def kid(self) -> str:
