@@ -21,6 +21,9 @@ Guarantees:
     request without a valid key gets 401 whatever its body), and the route's
     dependency :func:`charge_route` charges the route's bucket once the
     route, and for a batch its size, is known.
+  * A protocol door (``/mcp``, ``/a2a/v1``): :func:`admit_at_door` takes the
+    key (header or bearer) and the ``/v1`` body rules before the protocol
+    sees anything; each operation then charges its own bucket.
   * One connection or call, admitted at once (a WebSocket handshake, before
     the upgrade: :func:`admit_connection`; a gRPC call, before the use case:
     :func:`admit_grpc`).
@@ -30,9 +33,13 @@ from __future__ import annotations
 
 import grpc
 from starlette.requests import HTTPConnection
-from starlette.types import Scope
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from api.errors import error_response, memesh_error_response
+from api.gate_common import body_refusal, header_map
 from head.facade import Bucket, Memesh
+from mesh.errors import ErrorCode, MemeshError
 from mesh.identity import Principal
 
 KEY_HEADER = "x-service-key"
@@ -81,6 +88,31 @@ def charge_route(memesh: Memesh, scope: Scope, bucket: Bucket, cost: float = 1.0
     """The route's half of ``admit``: the gate's principal, charged ``cost`` tokens of ``bucket``."""
     principal = gate_principal(scope)
     memesh.charge(principal, bucket, cost)
+    return principal
+
+
+# ------------------------------------------- protocol doors on the REST listener
+async def admit_at_door(
+    memesh: Memesh, scope: Scope, receive: Receive, send: Send, max_body_bytes: int, protocol: str
+) -> Principal | None:
+    """The front of a door that speaks its own protocol over ``POST`` (``/mcp``, ``/a2a/v1``): the
+    caller's principal (:func:`presented_key`, so ``x-service-key`` or a bearer token), or None once
+    this has answered the spec's envelope itself: 401/429 for the key, before anything of the
+    protocol; then 405 for a method other than POST, 415 or 400 for the body (``/v1``'s rules)."""
+    headers = header_map(scope)
+    try:
+        principal = await memesh.principal(presented_key(headers), client_address(scope))
+    except MemeshError as exc:
+        await memesh_error_response(exc)(scope, receive, send)
+        return None
+    refusal: Response | None
+    if scope["method"] != "POST":
+        refusal = error_response(405, ErrorCode.VALIDATION, f"send {protocol} requests with POST", {"Allow": "POST"})
+    else:
+        refusal = body_refusal(scope, headers, max_body_bytes)
+    if refusal is not None:
+        await refusal(scope, receive, send)
+        return None
     return principal
 
 

@@ -45,11 +45,11 @@ from starlette.types import Message, Receive, Scope, Send
 from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
-from api.admission import client_address, presented_key
-from api.errors import error_response, memesh_error_response
-from api.gate_common import body_refusal, header_map, run_guarded
+from api.admission import admit_at_door
+from api.errors import memesh_error_response
+from api.gate_common import run_guarded
 from head.facade import Bucket, Memesh
-from mesh.errors import ErrorCode, MemeshError
+from mesh.errors import MemeshError
 
 SEND_METHODS = frozenset({"SendMessage", "message/send"})  # charged by their operation, not here
 CARD_CACHE = "public, max-age=300"
@@ -81,19 +81,8 @@ class A2aDoor:
         return JSONResponse(self.key.jwks(), headers={"Cache-Control": CARD_CACHE})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = header_map(scope)
-        try:
-            principal = await self.memesh.principal(presented_key(headers), client_address(scope))
-        except MemeshError as exc:
-            await memesh_error_response(exc)(scope, receive, send)
-            return
-        refusal: Response | None
-        if scope["method"] != "POST":
-            refusal = error_response(405, ErrorCode.VALIDATION, "send A2A JSON-RPC requests with POST", {"Allow": "POST"})
-        else:
-            refusal = body_refusal(scope, headers, self.max_body_bytes)
-        if refusal is not None:
-            await refusal(scope, receive, send)
+        principal = await admit_at_door(self.memesh, scope, receive, send, self.max_body_bytes, "A2A JSON-RPC")
+        if principal is None:
             return
         scope = {**scope, "state": {**scope.get("state", {}), "principal": principal}}
         await run_guarded(self._admitted, scope, receive, send, self.max_body_bytes, self.timeout_s)

@@ -24,15 +24,14 @@ import asyncio
 import contextlib
 
 from mcp.server.transport_security import TransportSecuritySettings
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.admission import client_address, presented_key
-from api.errors import error_response, memesh_error_response
-from api.gate_common import body_refusal, header_map, run_guarded
+from api.admission import admit_at_door
+from api.errors import memesh_error_response
+from api.gate_common import run_guarded
 from api.mcp.tools import build_mcp_server
 from head.facade import Memesh
-from mesh.errors import ErrorCode, MemeshError, Unavailable
+from mesh.errors import Unavailable
 
 PATHS = ("/mcp", "/mcp/")
 
@@ -55,19 +54,9 @@ class McpDoor:
         self._stop = asyncio.Event()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = header_map(scope)
-        try:
-            principal = await self.memesh.principal(presented_key(headers), client_address(scope))
-        except MemeshError as exc:
-            await memesh_error_response(exc)(scope, receive, send)
-            return
-        refusal: Response | None
-        if scope["method"] != "POST":  # stateless: no server stream to GET, no session to DELETE
-            refusal = error_response(405, ErrorCode.VALIDATION, "send MCP messages with POST", {"Allow": "POST"})
-        else:
-            refusal = body_refusal(scope, headers, self.max_body_bytes)
-        if refusal is not None:
-            await refusal(scope, receive, send)
+        # Stateless: no server stream to GET, no session to DELETE; only POST is served.
+        principal = await admit_at_door(self.memesh, scope, receive, send, self.max_body_bytes, "MCP")
+        if principal is None:
             return
         if not await self._started():
             await memesh_error_response(Unavailable("MCP is not being served"))(scope, receive, send)
