@@ -9,7 +9,7 @@ Guarantees:
   every surface, and a refusal is the mesh error (``Unauthorized`` 401,
   ``RateLimited`` 429 with ``Retry-After``) that :mod:`api.errors` encodes.
 - The key is read from ``x-service-key`` (an HTTP header, or gRPC metadata);
-  on surfaces whose clients can only send a bearer token (``/mcp``), and on
+  on surfaces whose clients can only send a bearer token (``/mcp``, ``/a2a/v1``), and on
   gRPC (metadata ``authorization: Bearer``), also from ``Authorization:
   Bearer`` (:func:`presented_key`). Nowhere else: never from a body or an
   argument. The client address is the peer as this server
