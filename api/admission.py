@@ -93,12 +93,19 @@ def charge_route(memesh: Memesh, scope: Scope, bucket: Bucket, cost: float = 1.0
 
 # ------------------------------------------- protocol doors on the REST listener
 async def admit_at_door(
-    memesh: Memesh, scope: Scope, receive: Receive, send: Send, max_body_bytes: int, protocol: str
+    memesh: Memesh,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    max_body_bytes: int,
+    protocol: str,
+    methods: frozenset[str] = frozenset({"POST"}),
 ) -> Principal | None:
     """The front of a door that speaks its own protocol over ``POST`` (``/mcp``, ``/a2a/v1``): the
     caller's principal (:func:`presented_key`, so ``x-service-key`` or a bearer token), or None once
     this has answered the spec's envelope itself: 401/429 for the key, before anything of the
-    protocol; then 405 for a method other than POST, 415 or 400 for the body (``/v1``'s rules)."""
+    protocol; then 405 for a method not in ``methods`` (POST unless the door says otherwise), 415 or
+    400 for a body (``/v1``'s rules)."""
     headers = header_map(scope)
     try:
         principal = await memesh.principal(presented_key(headers), client_address(scope))
@@ -106,8 +113,9 @@ async def admit_at_door(
         await memesh_error_response(exc)(scope, receive, send)
         return None
     refusal: Response | None
-    if scope["method"] != "POST":
-        refusal = error_response(405, ErrorCode.VALIDATION, f"send {protocol} requests with POST", {"Allow": "POST"})
+    if scope["method"] not in methods:
+        allowed = ", ".join(sorted(methods))
+        refusal = error_response(405, ErrorCode.VALIDATION, f"send {protocol} requests with {allowed}", {"Allow": allowed})
     else:
         refusal = body_refusal(scope, headers, max_body_bytes)
     if refusal is not None:

@@ -10,6 +10,7 @@ a status for a domain error.
 from __future__ import annotations
 
 import asyncio
+import json
 
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -114,3 +115,40 @@ async def run_guarded(app: ASGIApp, scope: Scope, receive: Receive, send: Send, 
     except _BodyTooLarge:
         if not started:
             await error_response(400, ErrorCode.VALIDATION, f"body exceeds {max_body_bytes} bytes")(scope, receive, send)
+
+
+# ------------------------------------------- a protocol door's look at the body
+async def read_body(receive: Receive) -> bytes | None:
+    """The whole body (its size is capped by the ``receive`` of :func:`run_guarded`); None on a disconnect."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def json_method(body: bytes) -> str | None:
+    """The ``method`` of a JSON-RPC request body; None for anything else (a batch, bad JSON, ...)."""
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    method = request.get("method") if isinstance(request, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` once, then waits on the real one (for the disconnect)."""
+    pending = True
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed

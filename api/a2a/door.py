@@ -32,22 +32,20 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
-
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
 from api.admission import admit_at_door
 from api.errors import memesh_error_response
-from api.gate_common import run_guarded
+from api.gate_common import json_method, read_body, replay, run_guarded
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError
 
@@ -89,55 +87,20 @@ class A2aDoor:
 
     async def _admitted(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Charge a call that is no message send one Read token, then hand the request to the SDK."""
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if body is None:
             return  # the client left
-        if _method_of(body) not in SEND_METHODS:
+        if json_method(body) not in SEND_METHODS:
             try:
                 self.memesh.charge(scope["state"]["principal"], Bucket.READ)
             except MemeshError as exc:
                 await memesh_error_response(exc)(scope, receive, send)
                 return
-        await self.rpc.handle(scope, _replay(body, receive), send)
+        await self.rpc.handle(scope, replay(body, receive), send)
 
     async def close(self) -> None:
         """Drain the SDK handler's in-flight work (at shutdown)."""
         await self.handler.aclose()
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The whole body (its size is capped by the ``receive`` of :func:`run_guarded`); None on a disconnect."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-
-
-def _method_of(body: bytes) -> str | None:
-    try:
-        request = json.loads(body)
-    except ValueError:
-        return None
-    method = request.get("method") if isinstance(request, dict) else None
-    return method if isinstance(method, str) else None
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """A ``receive`` that gives ``body`` once, then waits on the real one (for the disconnect)."""
-    pending = True
-
-    async def replayed() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
 
 
 def mount_a2a(app: FastAPI, memesh: Memesh, config: A2aConfig, max_body_bytes: int, timeout_s: float) -> A2aDoor:

@@ -10,11 +10,14 @@ Guarantees:
 - The SDK runs stateless (no session to stick to a head) with JSON answers,
   serving the handshake era and the 2026-07-28 era alike. Its session manager
   is started on the first request and stopped by :meth:`McpDoor.close`.
-- Only POST is served (stateless: there is no server stream to GET and no
-  session to DELETE; anything else is 405), with the ``/v1`` body rules:
-  a non-JSON body is 415, one over ``max_body_bytes`` 400, a request still
-  running after ``timeout_s`` 504. So no admitted request holds a
-  connection open without bound.
+- Messages are POSTed, with the ``/v1`` body rules: a non-JSON body is
+  415, one over ``max_body_bytes`` 400, a request still running after
+  ``timeout_s`` 504. A handshake-era ``initialize`` is answered with a
+  session id that no head stores (:mod:`api.mcp.session_stream`). GET (the
+  notification stream) and DELETE (204, nothing to end) need a session id;
+  without one, and for any other method, 405. A stream (GET, or a
+  2026-07-28 listen) holds an inbox stream slot, so no admitted request
+  holds a connection open without bound.
 - Every other path goes to the wrapped application untouched.
 """
 
@@ -22,18 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.admission import admit_at_door
-from api.errors import memesh_error_response
-from api.gate_common import run_guarded
+from api.errors import error_response, memesh_error_response
+from api.gate_common import header_map, json_method, read_body, replay, run_guarded
+from api.mcp.push import InboxWatches
+from api.mcp.session_stream import PROTOCOL_HEADER, SESSION_HEADER, new_session_id, serve_stream, with_session_id
 from api.mcp.tools import build_mcp_server
 from head.facade import Memesh
-from mesh.errors import Unavailable
+from mesh.errors import ErrorCode, Unavailable
 
 PATHS = ("/mcp", "/mcp/")
+METHODS = frozenset({"POST", "GET", "DELETE"})  # GET and DELETE only with a session id
 
 
 class McpDoor:
@@ -43,7 +52,9 @@ class McpDoor:
         self.memesh = memesh
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
-        self.server = build_mcp_server(memesh)
+        self.bus = InMemorySubscriptionBus()
+        self.watches = InboxWatches(memesh, self.bus)
+        self.server = build_mcp_server(memesh, self.bus, self.watches)
         # Host and Origin are judged by the deployment's own proxy and the key, not by a loopback allow-list.
         security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         self.mcp_app = self.server.streamable_http_app(
@@ -54,15 +65,39 @@ class McpDoor:
         self._stop = asyncio.Event()
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Stateless: no server stream to GET, no session to DELETE; only POST is served.
-        principal = await admit_at_door(self.memesh, scope, receive, send, self.max_body_bytes, "MCP")
+        principal = await admit_at_door(self.memesh, scope, receive, send, self.max_body_bytes, "MCP", METHODS)
         if principal is None:
+            return
+        headers = header_map(scope)
+        session = headers.get(SESSION_HEADER)
+        if scope["method"] != "POST" and session is None:  # no session id: no stream to GET, nothing to DELETE
+            message = "send MCP messages with POST (a GET stream needs the Mcp-Session-Id of an initialize)"
+            await error_response(405, ErrorCode.VALIDATION, message, {"Allow": "POST"})(scope, receive, send)
+            return
+        if scope["method"] == "DELETE":  # a session id names no state: there is nothing to end
+            await Response(status_code=204)(scope, receive, send)
             return
         if not await self._started():
             await memesh_error_response(Unavailable("MCP is not being served"))(scope, receive, send)
             return
         scope = {**scope, "path": "/mcp", "raw_path": b"/mcp", "state": {**scope.get("state", {}), "principal": principal}}
-        await run_guarded(self.mcp_app, scope, receive, send, self.max_body_bytes, self.timeout_s)
+        if scope["method"] == "GET":
+            stream = partial(serve_stream, self.memesh, self.bus, self.watches, principal)
+            await run_guarded(stream, scope, receive, send, self.max_body_bytes, self.timeout_s)
+            return
+        opening = session is None and PROTOCOL_HEADER not in headers  # a handshake-era initialize, maybe
+        await run_guarded(partial(self._post, opening), scope, receive, send, self.max_body_bytes, self.timeout_s)
+
+    async def _post(self, opening: bool, scope: Scope, receive: Receive, send: Send) -> None:
+        """One MCP message to the SDK; an ``initialize`` is answered with a fresh session id."""
+        if opening:
+            body = await read_body(receive)
+            if body is None:
+                return  # the client left
+            if json_method(body) == "initialize":
+                send = with_session_id(send, new_session_id())
+            receive = replay(body, receive)
+        await self.mcp_app(scope, receive, send)
 
     async def _started(self) -> bool:
         """True once the SDK's session manager runs; False when it failed or the door was closed."""

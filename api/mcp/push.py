@@ -23,9 +23,10 @@ Guarantees:
   or rotated on this head, within :data:`RECHECK_S` when that happens on
   another head. The refusal is the listen request's JSON-RPC error
   ``unauthorized: ...``.
-- The handshake era has no listen; a stateless server has no channel to
-  push on there, so its capabilities do not offer ``resources.subscribe``.
-  Those clients read the resource or call ``pull_inbox``.
+- The handshake era has no listen: its hosts subscribe with
+  ``resources/subscribe`` (refused the same way for a foreign URI) and are
+  told on their session stream, :mod:`api.mcp.session_stream`, fed by the
+  same per-agent watch.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from mcp import MCPError
 from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
-from mcp.types import INTERNAL_ERROR, INVALID_PARAMS
+from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
 from api.admission import presented_key
 from api.errors import STATUS
@@ -61,6 +62,7 @@ UNAUTHORIZED = -32001  # the key failed while a request ran (a listen stream out
 RECHECK_S = 10.0  # a listen stream's key is checked again at least this often (a revoke on another head)
 WAIT_S = 30.0  # one wait on the inbox actor; the watch then waits again
 LISTEN = "subscriptions/listen"
+NAMING_A_RESOURCE = ("resources/read", "resources/subscribe", "resources/unsubscribe")
 
 
 def inbox_uri(agent_id: str) -> str:
@@ -146,9 +148,9 @@ def push_middleware(memesh: Memesh, watches: InboxWatches) -> ServerMiddleware[A
     ) -> HandlerResult:
         principal = _caller(ctx)
         params = ctx.params or {}
-        if principal is None or ctx.method not in (LISTEN, "resources/read"):
+        if principal is None or ctx.method not in (LISTEN, *NAMING_A_RESOURCE):
             return await call_next(ctx)
-        if ctx.method == "resources/read":
+        if ctx.method in NAMING_A_RESOURCE:
             uri = str(params.get("uri", ""))
             if uri.startswith("memesh://"):
                 _refuse_foreign(principal, [uri])
@@ -189,7 +191,7 @@ async def _listen(
 
             async def guard() -> None:
                 try:
-                    await _until_refused(memesh, key, changed)
+                    await until_refused(memesh, key, changed)
                 except MemeshError as exc:
                     refusal.append(exc)
                     streams.cancel_scope.cancel()
@@ -202,7 +204,7 @@ async def _listen(
         return result[0]
 
 
-async def _until_refused(memesh: Memesh, key: str | None, changed: asyncio.Event) -> None:
+async def until_refused(memesh: Memesh, key: str | None, changed: asyncio.Event) -> None:
     """Returns never; raises the key's refusal once it fails (checked on each change, and every RECHECK_S)."""
     while True:
         with contextlib.suppress(TimeoutError):
@@ -212,7 +214,18 @@ async def _until_refused(memesh: Memesh, key: str | None, changed: asyncio.Event
 
 
 def add_inbox_resource(server: MCPServer, memesh: Memesh) -> None:
-    """Registers ``memesh://agents/{agent_id}/inbox``: a peek at the caller's pull page."""
+    """Registers ``memesh://agents/{agent_id}/inbox``: a peek at the caller's pull page; and, for the
+    handshake era, ``resources/subscribe`` and ``resources/unsubscribe`` on it, which keep no state
+    (the push middleware has refused any URI but the caller's own inbox; the updates ride the
+    caller's notification stream, :mod:`api.mcp.session_stream`)."""
+
+    async def acknowledge(ctx: ServerRequestContext[Any, Any], params: Any) -> EmptyResult:
+        return EmptyResult()
+
+    # MCPServer has no public hook for these handshake-era methods; the lowlevel server's is public.
+    lowlevel = server._lowlevel_server
+    lowlevel.add_request_handler("resources/subscribe", SubscribeRequestParams, acknowledge)
+    lowlevel.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, acknowledge)
 
     @server.resource(
         INBOX_TEMPLATE,

@@ -23,7 +23,7 @@ from mcp.server import MCPServer
 from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp.server.subscriptions import InMemorySubscriptionBus
+from mcp.server.subscriptions import SubscriptionBus
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
@@ -167,10 +167,9 @@ def _metered(memesh: Memesh) -> ServerMiddleware[Any]:
     return metered
 
 
-def build_mcp_server(memesh: Memesh) -> MCPServer:
-    """The tool set over ``memesh``'s use cases."""
-    bus = InMemorySubscriptionBus()
-    watches = InboxWatches(memesh, bus)
+def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches) -> MCPServer:
+    """The tool set over ``memesh``'s use cases, its listen streams fed by ``bus`` (``watches`` publishes
+    each agent's inbox updates there)."""
     server = MemeshMCPServer(
         "memesh", instructions=INSTRUCTIONS, middleware=[_metered(memesh), push_middleware(memesh, watches)], subscriptions=bus
     )

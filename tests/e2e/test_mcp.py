@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -215,3 +216,50 @@ def test_a_revoked_key_ends_its_listen_stream_at_once(server: Server) -> None:
             assert asyncio.get_running_loop().time() - started < 5
 
     run(body)
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")  # the handshake era's own method
+def test_a_handshake_era_host_is_told_on_its_session_stream(server: Server) -> None:
+    """The handshake era has no listen: its initialize gets a session id (stored nowhere), the SDK opens
+    its GET stream with it and subscribes; the update arrives there."""
+    listener = server.issue("mcp-push-legacy", "Reader", "listener")
+    writer = server.issue("mcp-push-legacy", "Writer", "writer")
+    own = inbox(listener["agent_id"])
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            updates.put_nowait(str(message.params.uri))
+
+    async def body() -> None:
+        http = httpx2.AsyncClient(headers=bearer(listener["plaintext_secret"]), timeout=60)
+        transport = streamable_http_client(f"{server.base_url}/mcp", http_client=http)
+        legacy = Client(transport, mode="legacy", message_handler=on_message)
+        async with legacy as mcp:
+            with pytest.raises(MCPError) as refused:
+                await mcp.session.subscribe_resource(inbox(writer["agent_id"]))
+            assert refused.value.error.message.startswith("forbidden:")
+            await mcp.session.subscribe_resource(own)
+            structured(await mcp.call_tool("place_beacon", {"interest": "on-call rotation for the payments team"}))
+            with server.http(writer["plaintext_secret"]) as http_writer:
+                written = http_writer.post(
+                    "/v1/cells", json={"content": "The payments team on-call rotation becomes weekly.", "cell_type": "Decision"}
+                )
+                assert written.status_code == 201, written.text
+            assert await asyncio.wait_for(updates.get(), 60) == own
+
+    run(body)
+
+
+def test_a_revoked_key_ends_its_session_stream_at_once(server: Server) -> None:
+    agent = server.issue("mcp-push-legacy-revoke", "Reader", "doomed")
+    headers = {**bearer(agent["plaintext_secret"]), "accept": "text/event-stream", "mcp-session-id": "0" * 32}
+    with httpx.Client(base_url=server.base_url, timeout=httpx.Timeout(10, read=8)) as http:
+        with http.stream("GET", "/mcp", headers=headers) as stream:
+            assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+            server.admin("agents", "revoke", agent["agent_id"])
+            started = time.monotonic()
+            for _ in stream.iter_bytes():  # ends when the server closes the stream; a read timeout fails the test
+                pass
+            assert time.monotonic() - started < 5
+        assert_envelope(http.get("/mcp", headers=headers), 401, "unauthorized")

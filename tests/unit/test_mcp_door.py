@@ -107,16 +107,19 @@ async def test_messages_other_than_tool_calls_are_charged_too(make_core: Callabl
 
 
 async def test_only_post_is_served_and_nothing_holds_a_connection_open(core: Memesh) -> None:
-    """Stateless MCP has no server stream: a GET must not open one that never ends (a Reader could
-    hold any number); other methods and bodies get the same envelopes as /v1."""
+    """Without a session id there is no server stream: a GET must not open one (the session stream is
+    bounded by the inbox stream slots, tests/unit/test_mcp_push.py); other methods and bodies get the
+    same envelopes as /v1."""
     app = create_app(core, max_body_bytes=1024)
     key = await key_of(core, "t1", "Reader")
     headers = {"x-service-key": key, "accept": "application/json, text/event-stream"}
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
-    for method in ("GET", "DELETE", "PUT"):
+    for method, allowed in (("GET", "POST"), ("DELETE", "POST"), ("PUT", "DELETE, GET, POST")):
         refused = await asyncio.wait_for(http.request(method, "/mcp", headers=headers), 5)
-        assert_error(refused, 405, "validation")
-        assert refused.headers["allow"] == "POST"
+        assert_error(refused, 405, "validation")  # GET and DELETE need a session id (of an initialize)
+        assert refused.headers["allow"] == allowed
+    ended = await http.delete("/mcp", headers={**headers, "mcp-session-id": "f" * 32})  # a session id names no state
+    assert ended.status_code == 204
     assert_error(await http.post("/mcp", content=b"x=1", headers={**headers, "content-type": "text/plain"}), 415, "validation")
     assert_error(await http.post("/mcp", json={"pad": "x" * 2048}, headers=headers), 400, "validation")
     await http.aclose()

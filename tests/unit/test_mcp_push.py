@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
+import httpx
 import httpx2
 import pytest
 import uvicorn
@@ -89,4 +91,49 @@ async def test_a_listen_past_the_agents_stream_slots_is_refused(make_core: Calla
                 await asyncio.sleep(0.1)
         else:
             pytest.fail("the slot of a closed listen stream was never freed")
+    await core.close()
+
+
+@pytest.mark.filterwarnings("ignore:resources/subscribe is removed")  # the handshake era's own method
+async def test_a_handshake_era_host_subscribes_and_is_told_on_its_session_stream(make_core: Callable[..., Memesh]) -> None:
+    """The handshake era: an initialize gets a session id (no head stores it), the host opens its GET
+    stream with it, subscribes to its own inbox, and the update arrives there; another URI is refused."""
+    core = make_core()
+    listener = await core.identity.issue(ADMIN, "push", "listener", ["Reader"])
+    writer = await core.identity.issue(ADMIN, "push", "writer", ["Writer"])
+    other = await core.identity.issue(ADMIN, "push", "other", ["Reader"])
+    interest = "the staging cluster is rebuilt every Friday night"
+    own = f"memesh://agents/{listener.agent.id}/inbox"
+    updates: asyncio.Queue[str] = asyncio.Queue()
+
+    async def on_message(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/resources/updated":
+            updates.put_nowait(str(message.params.uri))
+
+    async with serving(core) as url:
+        http = httpx2.AsyncClient(headers={"authorization": f"Bearer {listener.plaintext_secret}"}, timeout=30)
+        legacy = Client(streamable_http_client(url, http_client=http), mode="legacy", message_handler=on_message)
+        async with legacy as mcp:
+            assert mcp.server_capabilities.resources is not None and mcp.server_capabilities.resources.subscribe
+            with pytest.raises(MCPError) as refused:
+                await mcp.session.subscribe_resource(f"memesh://agents/{other.agent.id}/inbox")
+            assert refused.value.error.message.startswith("forbidden:")
+            await mcp.session.subscribe_resource(own)
+            await mcp.call_tool("place_beacon", {"interest": interest})
+            await asyncio.sleep(TIMEOUT_S * 1.5)  # the session stream outlives the request timeout too
+            async with mcp_client(url, writer.plaintext_secret) as writing:
+                assert not (await writing.call_tool("write_cell", {"content": interest, "cell_type": "Fact"})).is_error
+            assert await asyncio.wait_for(updates.get(), 20) == own
+    await core.close()
+
+
+async def test_session_streams_hold_inbox_stream_slots(make_core: Callable[..., Memesh]) -> None:
+    """A Reader key cannot hold session streams without bound: past the agent's slots, 429 before any stream."""
+    core = make_core(limits={"max_inbox_streams_per_agent": 1})
+    agent = await core.identity.issue(ADMIN, "push", "greedy", ["Reader"])
+    headers = {"authorization": f"Bearer {agent.plaintext_secret}", "accept": "text/event-stream", "mcp-session-id": "a" * 32}
+    async with serving(core) as url, httpx.AsyncClient(timeout=10) as http, http.stream("GET", url, headers=headers) as first:
+        assert first.status_code == 200
+        second = await http.get(url, headers=headers)
+        assert second.status_code == 429 and second.json()["error"]["code"] == "quota_exceeded"
     await core.close()
