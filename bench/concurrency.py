@@ -1,0 +1,147 @@
+"""Recall and single-cell writes under 1, 8 and 32 concurrent clients, beside the model's own rate.
+
+The measuring harness of issue 12 (cost per request), run before any of its
+changes so each later step can be held against it:
+
+- the limit, measured in this process with the same engine while the server
+  is idle: ``engine.encode`` in batches of 64 (the model's rate) and one text
+  at a time (one encode);
+- one ``minilm`` server holding ``--cells`` cells (written in batches, walks
+  drained before anything is timed);
+- ``POST /v1/recall`` (k 10) with 1, 8 and 32 concurrent clients: requests/s
+  as a ratio to the model's batched rate, p50 and p99;
+- single-cell ``POST /v1/cells`` with 1, 8 and 32 clients: the same figures,
+  then the time until the walks those writes started have drained, and the
+  sustained rate (cells / (run + drain));
+- for each run, the server's CPU per request by process role (head, scene
+  shards, ...), to say where the time goes.
+
+With ``--profile DIR``, the head process is sampled with py-spy (``record``,
+speedscope format) during the 8-client recall run and the 8-client write run.
+
+Run: ``.venv/bin/python -m bench.concurrency [--cells 2000] [--requests 400] [--profile DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+
+from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, banner, cpu_line, loadavg, percentile
+from bench.writes import BATCH, QUICK, Run, concurrent_writes, model_rate
+
+SEED = 1212
+SECTION = "concurrency"
+CLIENTS = (1, 8, 32)
+
+
+async def concurrent_recalls(server: MemeshServer, key: str, questions: list[str], clients: int) -> Run:
+    """Every question once, from ``clients`` loops on keep-alive connections."""
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for text in questions:
+        queue.put_nowait(text)
+    latencies: list[float] = []
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while True:
+            try:
+                text = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            t0 = time.perf_counter()
+            response = await client.post("/v1/recall", json={"text": text, "k": 10}, headers=JSON_HEADERS)
+            latencies.append(time.perf_counter() - t0)
+            if response.status_code != 200:
+                raise RuntimeError(f"recall answered {response.status_code}: {response.text[:300]}")
+
+    async with server.async_client(key, clients) as client:
+        await asyncio.gather(*(client.get("/healthz") for _ in range(clients)))  # connections open before the clock
+        started = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(worker(client) for _ in range(clients))), timeout=1800)
+        seconds = time.perf_counter() - started
+    return Run(len(questions), seconds, latencies)
+
+
+@contextlib.contextmanager
+def profiled(server: MemeshServer, directory: Path | None, name: str) -> Iterator[None]:
+    """py-spy samples the head process while the block runs (when ``directory`` is given)."""
+    spy = shutil.which("py-spy") or str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "py-spy")
+    if directory is None or server.proc is None or not Path(spy).exists():
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"head-{name}.speedscope.json"
+    command = [spy, "record", "--pid", str(server.proc.pid), "--format", "speedscope", "--output", str(out), "--rate", "200"]
+    sampler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached before the clock starts
+    try:
+        yield
+    finally:
+        sampler.send_signal(2)  # SIGINT: py-spy writes its file and exits
+        try:
+            sampler.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            sampler.kill()
+        print(f"    profile: {out}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cells", type=int, default=2000)
+    parser.add_argument("--requests", type=int, default=400, help="recalls and writes per run")
+    parser.add_argument("--profile", type=Path, default=None)
+    args = parser.parse_args()
+    from head.embedding import make_engine
+
+    banner(f"recall and single writes under concurrency (minilm, {args.cells} cells, {args.requests} requests a run)")
+    report = Report()
+    gen = SentenceGen(SEED)
+    engine = make_engine("minilm")
+    engine.encode(["load the model"])
+    with MemeshServer("minilm") as server:
+        key = server.issue_key(name="bench-concurrency")
+        model = model_rate(engine, gen, replace(QUICK, model_batches=12, model_singles=60))
+        report.add(SECTION, "model, batches of 64", model.batched, "texts/s")
+        report.add(SECTION, "model, one encode p50", model.single_p50_ms, "ms")
+        asyncio.run(concurrent_writes(server, key, gen, 4, max(1, args.cells // BATCH), BATCH))  # the corpus
+        server.settle(600.0)
+        asyncio.run(concurrent_recalls(server, key, gen.many(20), 4))  # warm-up
+        for clients in CLIENTS:
+            snap, load = server.cpu(), loadavg()
+            with profiled(server, args.profile if clients == 8 else None, "recall-8"):
+                recall = asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), clients))
+            print(f"    {cpu_line(server.cpu().since(snap), args.requests)}; load {load:.1f}", flush=True)
+            p50, p99 = (percentile(recall.latencies, p) * 1000 for p in (50, 99))
+            report.add(SECTION, f"recall, {clients} clients", recall.rate, "req/s", "model batched", model.batched)
+            report.add(SECTION, f"recall, {clients} clients, p50", p50, "ms")
+            report.add(SECTION, f"recall, {clients} clients, p99", p99, "ms")
+        for clients in CLIENTS:
+            snap = server.cpu()
+            with profiled(server, args.profile if clients == 8 else None, "write-8"):
+                written = asyncio.run(concurrent_writes(server, key, gen, clients, args.requests, 1))
+            acked = server.cpu()
+            drain_s, drained = server.settle(600.0)
+            print(f"    acknowledged: {cpu_line(acked.since(snap), args.requests)}", flush=True)
+            print(f"    with walks:   {cpu_line(server.cpu().since(snap), args.requests)}", flush=True)
+            p50, p99 = (percentile(written.latencies, p) * 1000 for p in (50, 99))
+            report.add(SECTION, f"single write, {clients} clients", written.rate, "writes/s", "model batched", model.batched)
+            report.add(SECTION, f"single write, {clients} clients, p50", p50, "ms", "one encode", model.single_p50_ms)
+            report.add(SECTION, f"single write, {clients} clients, p99", p99, "ms")
+            sustained = written.cells / (written.seconds + drain_s)
+            note = "" if drained else "walks still running at the bound"
+            name = f"single write, {clients} clients, walks drained"
+            report.add(SECTION, name, sustained, "cells/s", "model batched", model.batched, note)
+    report.print_table()
+
+
+if __name__ == "__main__":
+    main()
