@@ -172,5 +172,6 @@ class Memesh:
         await self.observatory.close()
         await self.reembed.wait(60.0)
         await self.data.wait_idle(60.0)
+        await self.memory.close()
         self.embedder.close()
         await self.directory.close()

@@ -24,9 +24,10 @@ from datetime import datetime
 
 import numpy as np
 
+from head.access_times import AccessTimes
 from head.embedding import Embedder
 from head.usage import UsageLedger
-from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
+from mesh.errors import DimensionMismatch, Forbidden, NotFound, ValidationFailed
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
@@ -75,7 +76,7 @@ class MemoryService:
         self._limits = limits
         self._usage = usage
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
-        self._background: set[asyncio.Task[None]] = set()
+        self._access = AccessTimes(self._touch)  # recall's access times, coalesced under load
 
     # --------------------------------------------------------------- writing
     async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
@@ -225,16 +226,15 @@ class MemoryService:
         for cell in ranked:
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(cell.id)
         for shard, ids in by_shard.items():  # access times are soft state: recall does not wait for them
-            task = asyncio.get_running_loop().create_task(self._touch(shard, ids, now))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._access.record(shard, ids, now)
         return [(replace(cell, last_accessed=max(cell.last_accessed, now)), similarity[cell.id]) for cell in ranked]
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
-        try:
-            await self._dir.scene_shard(shard).touch(ids, now)
-        except MemeshError:
-            log.warning("recording access times failed", exc_info=True)
+        await self._dir.scene_shard(shard).touch(ids, now)
+
+    async def close(self) -> None:
+        """Send the access times still waiting (bounded)."""
+        await self._access.close()
 
     async def _query_vector(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int) -> Vector:
         if k < 1 or k > self._limits.max_k:
