@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 K = TypeVar("K")
+STALE_S = 60.0
 
 
 def write_private_file(path: Path, text: str) -> None:
-    """Create ``path`` with mode 0600 (never readable by others, not even briefly) and make it and its
-    directory entry durable before returning. FileExistsError when it exists."""
+    """Create ``path`` with mode 0600 (never readable by others, not even briefly), whole or not at all,
+    and make it and its directory entry durable before returning. FileExistsError when it exists.
+
+    The text goes to a private temporary file first, made durable, then is linked in as ``path``
+    (``link`` refuses an existing name, as ``O_EXCL`` would). So a crash (kill -9) mid-write leaves no
+    ``path`` at all, never an empty or torn one that would stop the next start; the temporary file a
+    crash leaves is removed by a later call once it is :data:`STALE_S` old."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
+    for stale in path.parent.glob(f".{path.name}.tmp-*"):
+        with contextlib.suppress(FileNotFoundError):
+            if time.time() - stale.stat().st_mtime > STALE_S:  # not another start's file in flight
+                stale.unlink()
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)
