@@ -31,6 +31,9 @@ Guarantees:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import grpc
 from starlette.requests import HTTPConnection
 from starlette.responses import Response
@@ -148,3 +151,33 @@ async def admit_grpc(memesh: Memesh, context: grpc.aio.ServicerContext, bucket: 
     """``admit`` for one gRPC call: its key (:func:`grpc_key`) and the peer's address, charged ``cost``
     tokens of ``bucket`` (a batch: its size)."""
     return await memesh.admit(grpc_key(context), bucket, peer_address(context), cost)
+
+
+# ------------------------------------------------------------ an open stream's key
+RECHECK_S = 10.0  # an open stream's key is checked again at least this often (a revoke on another head)
+
+
+class Credential:
+    """An open stream's key (the WebSocket inbox, the gRPC inbox stream, MCP's push streams), checked
+    again before every item and ack, whenever the agent's credential changes on this head (revoke,
+    suspend, rotate: :meth:`head.identity_service.IdentityService.watch`), and at least every
+    :data:`RECHECK_S` while the stream is idle (a change made on another head; the principal cache
+    bounds how stale that check may be). Unauthorized ends the stream."""
+
+    def __init__(self, memesh: Memesh, key: str | None, principal: Principal, changed: asyncio.Event) -> None:
+        self._memesh = memesh
+        self._key = key
+        self.principal = principal
+        self._changed = changed
+
+    async def check(self) -> Principal:
+        self.principal = await self._memesh.identity.authenticate(self._key)
+        return self.principal
+
+    async def until_refused(self, recheck_s: float = RECHECK_S) -> None:
+        """Returns never; raises Unauthorized as soon as the key fails."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), recheck_s)
+            self._changed.clear()
+            await self.check()

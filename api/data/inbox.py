@@ -35,13 +35,12 @@ from uuid import UUID
 from fastapi import APIRouter, Body, Response, WebSocket
 from starlette.websockets import WebSocketState
 
-from api.admission import admit_connection, service_key
+from api.admission import Credential, admit_connection, service_key
 from api.data.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.deps import Core, Drainer, Reader
 from api.websocket import close_with, deny, error_frame, first_to_finish
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError, RateLimited, Unavailable, ValidationFailed
-from mesh.identity import Principal
 
 log = logging.getLogger(__name__)
 
@@ -85,28 +84,6 @@ async def stream(websocket: WebSocket, core: Core) -> None:
         changed = held.enter_context(core.identity.watch(principal.agent_id))
         await websocket.accept()
         await _serve(websocket, core, Credential(core, service_key(websocket), principal, changed))
-
-
-class Credential:
-    """The stream's key, checked again before every item, every ack and whenever the agent's
-    credential changes on this head (revoke, suspend, rotate): Unauthorized ends the stream."""
-
-    def __init__(self, memesh: Memesh, key: str | None, principal: Principal, changed: asyncio.Event) -> None:
-        self._memesh = memesh
-        self._key = key
-        self.principal = principal
-        self._changed = changed
-
-    async def check(self) -> Principal:
-        self.principal = await self._memesh.identity.authenticate(self._key)
-        return self.principal
-
-    async def until_refused(self) -> None:
-        """Returns never; raises Unauthorized as soon as a change makes the key fail."""
-        while True:
-            await self._changed.wait()
-            self._changed.clear()
-            await self.check()
 
 
 async def _serve(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:

@@ -43,8 +43,7 @@ from typing import TypeVar
 
 import grpc
 
-from api.admission import admit_grpc, grpc_key
-from api.data.inbox import Credential
+from api.admission import Credential, admit_grpc, grpc_key
 from api.data.schemas import PullIn
 from api.grpc_data import wire
 from api.grpc_data.status import guarded

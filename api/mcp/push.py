@@ -20,7 +20,7 @@ Guarantees:
   WebSocket inbox has: per agent, per tenant, per head; past one it is
   refused ``quota_exceeded: ...``). It is exempt from the request timeout, and
   ends as soon as its key fails: at once when the agent is revoked, suspended
-  or rotated on this head, within :data:`RECHECK_S` when that happens on
+  or rotated on this head, within :data:`api.admission.RECHECK_S` when that happens on
   another head. The refusal is the listen request's JSON-RPC error
   ``unauthorized: ...``.
 - The handshake era has no listen: its hosts subscribe with
@@ -46,7 +46,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.subscriptions import ResourceUpdated, SubscriptionBus
 from mcp.types import INTERNAL_ERROR, INVALID_PARAMS, EmptyResult, SubscribeRequestParams, UnsubscribeRequestParams
 
-from api.admission import presented_key
+from api.admission import Credential, presented_key
 from api.errors import STATUS
 from head.facade import Bucket, Memesh
 from mesh.errors import ErrorCode, Forbidden, MemeshError
@@ -59,7 +59,6 @@ INBOX_TEMPLATE = "memesh://agents/{agent_id}/inbox"
 _INBOX_URI = re.compile(r"^memesh://agents/(?P<agent_id>[^/]+)/inbox$")
 RATE_LIMITED = -32029  # a JSON-RPC server error code: the message starts "rate_limited:" and says when to retry
 UNAUTHORIZED = -32001  # the key failed while a request ran (a listen stream outlives its admission)
-RECHECK_S = 10.0  # a listen stream's key is checked again at least this often (a revoke on another head)
 WAIT_S = 30.0  # one wait on the inbox actor; the watch then waits again
 LISTEN = "subscriptions/listen"
 NAMING_A_RESOURCE = ("resources/read", "resources/subscribe", "resources/unsubscribe")
@@ -163,6 +162,26 @@ def push_middleware(memesh: Memesh, watches: InboxWatches) -> ServerMiddleware[A
     return push
 
 
+@contextlib.contextmanager
+def held_stream(
+    memesh: Memesh, watches: InboxWatches, principal: Principal, key: str | None, state: Any, wants_inbox: bool = True
+) -> Iterator[Credential]:
+    """What an MCP push stream (a listen, a session stream) holds while it is open: one of the head's
+    inbox stream slots (a MemeshError, ``quota_exceeded``, before anything when none is free), the
+    agent's credential watch, and with ``wants_inbox`` the agent's inbox watch. The request timeout
+    (``state.deadline``, see :func:`api.gate_common.run_guarded`) no longer applies: the slots and
+    the key bound the stream instead."""
+    with contextlib.ExitStack() as held:
+        held.enter_context(memesh.inbox.stream_slot(principal))
+        changed = held.enter_context(memesh.identity.watch(principal.agent_id))
+        if wants_inbox:
+            held.enter_context(watches.hold(principal))
+        deadline = state.get("deadline") if isinstance(state, dict) else getattr(state, "deadline", None)
+        if isinstance(deadline, asyncio.Timeout):
+            deadline.reschedule(None)
+        yield Credential(memesh, key, principal, changed)
+
+
 async def _listen(
     ctx: ServerRequestContext[Any, Any],
     call_next: Callable[[ServerRequestContext[Any, Any]], Awaitable[HandlerResult]],
@@ -176,22 +195,16 @@ async def _listen(
     key = presented_key({k.lower(): v for k, v in request.headers.items()})
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(memesh.inbox.stream_slot(principal))
+            credential = held.enter_context(held_stream(memesh, watches, principal, key, request.state, wants_inbox))
         except MemeshError as exc:
             raise protocol_error(exc) from None
-        changed = held.enter_context(memesh.identity.watch(principal.agent_id))
-        if wants_inbox:
-            held.enter_context(watches.hold(principal))
-        deadline = getattr(request.state, "deadline", None)
-        if isinstance(deadline, asyncio.Timeout):
-            deadline.reschedule(None)  # a stream: bounded by the slots and its key, not by the request timeout
         refusal: list[MemeshError] = []
         result: list[HandlerResult] = []
         async with anyio.create_task_group() as streams:
 
             async def guard() -> None:
                 try:
-                    await until_refused(memesh, key, changed)
+                    await credential.until_refused()
                 except MemeshError as exc:
                     refusal.append(exc)
                     streams.cancel_scope.cancel()
@@ -202,15 +215,6 @@ async def _listen(
         if refusal:
             raise protocol_error(refusal[0])
         return result[0]
-
-
-async def until_refused(memesh: Memesh, key: str | None, changed: asyncio.Event) -> None:
-    """Returns never; raises the key's refusal once it fails (checked on each change, and every RECHECK_S)."""
-    while True:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), RECHECK_S)
-        changed.clear()
-        await memesh.identity.authenticate(key)
 
 
 def add_inbox_resource(server: MCPServer, memesh: Memesh) -> None:

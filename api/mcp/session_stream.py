@@ -19,7 +19,7 @@ Guarantees:
 - The stream holds one of the head's inbox stream slots (the WebSocket's caps;
   past one: 429 ``quota_exceeded`` before the stream opens), is not cut by the
   request timeout, and ends at once when its key fails on this head (within
-  :data:`api.mcp.push.RECHECK_S` on another). ``DELETE`` with a session id
+  :data:`api.admission.RECHECK_S` on another). ``DELETE`` with a session id
   answers 204: there is nothing to end.
 """
 
@@ -39,7 +39,7 @@ from starlette.types import Message, Receive, Scope, Send
 from api.admission import presented_key
 from api.errors import memesh_error_response
 from api.gate_common import header_map
-from api.mcp.push import InboxWatches, inbox_uri, until_refused
+from api.mcp.push import InboxWatches, held_stream, inbox_uri
 from head.facade import Memesh
 from mesh.errors import MemeshError
 from mesh.identity import Principal
@@ -78,12 +78,10 @@ async def serve_stream(
     key = presented_key(header_map(scope))
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(memesh.inbox.stream_slot(principal))
+            credential = held.enter_context(held_stream(memesh, watches, principal, key, scope.get("state", {})))
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return
-        changed = held.enter_context(memesh.identity.watch(principal.agent_id))
-        held.enter_context(watches.hold(principal))
         own = inbox_uri(principal.agent_id)
         updates: asyncio.Queue[None] = asyncio.Queue(maxsize=1)  # a level: one pending update says it all
 
@@ -95,22 +93,22 @@ async def serve_stream(
         held.callback(bus.subscribe(deliver))
 
         async def events() -> AsyncIterator[dict[str, str]]:
-            note = {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": own}}
-            guard = asyncio.ensure_future(until_refused(memesh, key, changed))
+            note = json.dumps({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": own}})
+            guard = asyncio.ensure_future(credential.until_refused())
             try:
-                while True:
+                while not guard.done():
                     update = asyncio.ensure_future(updates.get())
-                    done, _ = await asyncio.wait({update, guard}, return_when=asyncio.FIRST_COMPLETED)
-                    if guard in done:
+                    await asyncio.wait({update, guard}, return_when=asyncio.FIRST_COMPLETED)
+                    if update.done():
+                        yield {"event": "message", "data": note}
+                    else:
                         update.cancel()
-                        return  # the key failed: the stream ends
-                    yield {"event": "message", "data": json.dumps(note)}
+                # the key failed: the stream ends
             finally:
                 guard.cancel()
+                with contextlib.suppress(asyncio.CancelledError, MemeshError):
+                    await guard
 
-        deadline = scope.get("state", {}).get("deadline")
-        if isinstance(deadline, asyncio.Timeout):
-            deadline.reschedule(None)  # a stream: bounded by the slots and its key
         session = header_map(scope)[SESSION_HEADER]
         response: Response = EventSourceResponse(events(), ping=PING_S, headers={SESSION_HEADER: session})
         await response(scope, receive, send)
