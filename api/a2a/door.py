@@ -32,6 +32,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import json
+
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
 from fastapi import FastAPI
@@ -45,10 +47,11 @@ from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
 from api.admission import admit_at_door
 from api.errors import memesh_error_response
-from api.gate_common import json_method, read_body, replay, run_guarded
+from api.gate_common import read_body, replay, run_guarded
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError
 
+PARSE_ERROR = object()
 SEND_METHODS = frozenset({"SendMessage", "message/send"})  # charged by their operation, not here
 CARD_CACHE = "public, max-age=300"
 
@@ -90,12 +93,21 @@ class A2aDoor:
         body = await read_body(receive)
         if body is None:
             return  # the client left
-        if json_method(body) not in SEND_METHODS:
+        try:
+            request = json.loads(body)
+        except (ValueError, RecursionError):  # the SDK would answer -32603 with the decoder's own text
+            request = PARSE_ERROR
+        method = request.get("method") if isinstance(request, dict) else None
+        if method not in SEND_METHODS:
             try:
                 self.memesh.charge(scope["state"]["principal"], Bucket.READ)
             except MemeshError as exc:
                 await memesh_error_response(exc)(scope, receive, send)
                 return
+        if request is PARSE_ERROR:
+            error = {"code": -32700, "message": "Parse error: the body is not a JSON document this service reads"}
+            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
+            return
         await self.rpc.handle(scope, replay(body, receive), send)
 
     async def close(self) -> None:

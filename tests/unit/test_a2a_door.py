@@ -88,6 +88,17 @@ async def test_the_v1_body_rules_apply_after_admission(core: Memesh, tmp_path: P
         await http.aclose()
 
 
+async def test_json_nested_past_the_decoder_is_a_parse_error_not_an_internal_one(core: Memesh, tmp_path: Path) -> None:
+    async with a2a_app(core, tmp_path) as app:
+        headers = {"x-service-key": await key_of(core, "t1", "Reader"), "content-type": "application/json"}
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+        deep = b"[" * 100_000 + b"]" * 100_000
+        answer = await http.post("/a2a/v1", content=deep)
+        assert answer.status_code == 200 and answer.json()["error"]["code"] == -32700
+        assert "recursion" not in answer.text
+        await http.aclose()
+
+
 async def test_every_operation_answers_one_data_part(core: Memesh, tmp_path: Path) -> None:
     async with a2a_app(core, tmp_path) as app, a2a_client(app, {"x-service-key": await key_of(core, "t1")}) as client:
         written = await send(client, op("write_cell", content="we deploy the api with helm", cell_type="Decision", salience=0.9))
