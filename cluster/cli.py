@@ -186,7 +186,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--grpc-data-port", type=int)
     serve.add_argument("--data-dir")
-    serve.add_argument("--engine", choices=["minilm", "hash"])
+    serve.add_argument("--engine", choices=["minilm", "minilm-onnx", "hash"])
     serve.set_defaults(func=_serve)
 
     admin = sub.add_parser("admin", help="operator client of the gRPC admin service")

