@@ -45,7 +45,7 @@ from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.seam import Directory
-from mesh.tuning import SceneTuning
+from mesh.tuning import RetrievalTuning, SceneTuning
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 log = logging.getLogger(__name__)
@@ -199,6 +199,17 @@ class SceneShard:
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         partition = await self._ready()
         return partition.search(tenant_id, query, k, flt)
+
+    async def search_hybrid(
+        self, tenant_id: str, query: Vector, terms: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning
+    ) -> tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]:
+        """Both candidate lists of a hybrid search in one round trip: the ``k`` nearest cells ``(cell, cosine)``
+        and the ``k`` best by BM25 of ``terms``, ``(cell, bm25, cosine)`` (the cosine is what recall blends)."""
+        partition = await self._ready()
+        dense = partition.search(tenant_id, query, k, flt)
+        lexical = partition.lexical_search(tenant_id, terms, k, flt, tuning)
+        cosines = partition.similarity(tenant_id, [cell for cell, _ in lexical], query)
+        return dense, [(cell, bm25, cos) for (cell, bm25), cos in zip(lexical, cosines, strict=True)]
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None:
         """Record access times; persisted with the next batch, not awaited (soft state)."""

@@ -138,6 +138,7 @@ def build_memesh(settings: Settings) -> Memesh:
         Embedder(engine, embedding.max_batch, embedding.max_queued_texts, embedding.max_queued_texts_per_tenant),
         rate_policies(settings),
         recall_tuning=settings.recall.tuning(),
+        retrieval_tuning=settings.retrieval.tuning(),
         limits=MemoryLimits(
             max_content_chars=limits.max_content_chars,
             max_batch_cells=limits.max_batch_cells,

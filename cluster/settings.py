@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from mesh.tuning import RecallTuning, SceneTuning
+from mesh.tuning import Ranking, RecallTuning, RetrievalTuning, SceneTuning
 from mesh.walk import EnergyPolicy
 
 
@@ -265,6 +265,18 @@ class RecallSettings(_Section):
         return RecallTuning(**self.model_dump())
 
 
+class RetrievalSettings(_Section):
+    ranking: Ranking = Ranking.HYBRID
+    rrf_k: int = Field(60, ge=1, le=10_000)
+    w_dense: float = Field(1.0, ge=0)
+    w_lexical: float = Field(1.0, ge=0)
+    bm25_k1: float = Field(1.2, ge=0, le=100)
+    bm25_b: float = Field(0.75, ge=0, le=1)
+
+    def tuning(self) -> RetrievalTuning:
+        return RetrievalTuning(**self.model_dump())
+
+
 class LimitsSettings(_Section):
     """Bounds on what one request may ask for or store."""
 
@@ -322,6 +334,7 @@ class Settings(BaseSettings):
     a2a: A2aSettings = A2aSettings()
     scenes: ScenesSettings = ScenesSettings()
     recall: RecallSettings = RecallSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
     limits: LimitsSettings = LimitsSettings()
     quotas: QuotaSettings = QuotaSettings()
     retention: RetentionSettings = RetentionSettings()

@@ -39,7 +39,7 @@ from mesh.identity import Principal
 from mesh.ids import Clock
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.seam import Directory, every_actor
-from mesh.tuning import RecallTuning
+from mesh.tuning import RecallTuning, RetrievalTuning
 
 
 class Bucket(StrEnum):
@@ -59,6 +59,7 @@ class Memesh:
         embedder: Embedder,
         rate_policies: dict[str, BucketPolicy],
         recall_tuning: RecallTuning = RecallTuning(),
+        retrieval_tuning: RetrievalTuning = RetrievalTuning(),
         limits: MemoryLimits = MemoryLimits(),
         principal_cache_ttl_s: float = 30.0,
         inbox_limits: InboxLimits = InboxLimits(),
@@ -77,7 +78,7 @@ class Memesh:
         self.embedder = embedder
         ids = system_ids(clock)
         self.usage = UsageLedger(directory, quotas, monotonic)
-        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits, self.usage)
+        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)

@@ -28,14 +28,16 @@ from head.access_times import AccessTimes
 from head.embedding import Embedder
 from head.usage import UsageLedger
 from mesh.errors import DimensionMismatch, Forbidden, NotFound, ValidationFailed
+from mesh.fusion import fuse, merge, merge_lexical
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
+from mesh.lexical import terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.query import NodeFilter, rerank_for_recall
 from mesh.seam import Directory
 from mesh.sharding import partition_key, shard_for
 from mesh.storage_cost import stored_bytes
-from mesh.tuning import RecallTuning
+from mesh.tuning import Ranking, RecallTuning, RetrievalTuning
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +69,14 @@ class MemoryService:
         recall_tuning: RecallTuning,
         limits: MemoryLimits,
         usage: UsageLedger,
+        retrieval: RetrievalTuning | None = None,
     ) -> None:
         self._dir = directory
         self._embedder = embedder
         self._ids = ids
         self._clock = clock
         self._recall = recall_tuning
+        self._retrieval = retrieval or RetrievalTuning()
         self._limits = limits
         self._usage = usage
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
@@ -191,43 +195,100 @@ class MemoryService:
 
     # --------------------------------------------------------------- reading
     async def query(
-        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+        self,
+        principal: Principal,
+        text: str | None,
+        embedding: list[float] | None,
+        k: int,
+        flt: NodeFilter,
+        ranking: Ranking | None = None,
     ) -> list[Cell]:
-        """Live cells nearest the query, by similarity alone."""
-        return [cell for cell, _ in await self.query_hits(principal, text, embedding, k, flt)]
+        """The ``k`` live cells most relevant to the query: dense similarity fused with BM25 (``hybrid``,
+        the default) or similarity alone (``dense``, nearest first)."""
+        return [cell for cell, _ in await self.query_hits(principal, text, embedding, k, flt, ranking)]
 
     async def query_hits(
-        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+        self,
+        principal: Principal,
+        text: str | None,
+        embedding: list[float] | None,
+        k: int,
+        flt: NodeFilter,
+        ranking: Ranking | None = None,
     ) -> list[tuple[Cell, float]]:
-        """``query`` with each cell's cosine similarity to the query, most similar first."""
+        """``query`` with each cell's cosine similarity to the query, in rank order."""
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
-            return await self._search(principal, vector, k, flt)
+            query_terms = self._lexical_terms(text, ranking)
+            if query_terms is None:
+                return await self._search(principal, vector, k, flt)
+            ranked = await self._candidates(principal, query_terms, vector, self._pool(k), flt)
+        return [(cell, sim) for cell, sim, _ in ranked[:k]]
 
     async def recall(
-        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+        self,
+        principal: Principal,
+        text: str | None,
+        embedding: list[float] | None,
+        k: int,
+        flt: NodeFilter,
+        ranking: Ranking | None = None,
     ) -> list[Cell]:
-        """Similarity blended with salience and recency; touches ``last_accessed`` of what it returns."""
-        return [cell for cell, _ in await self.recall_hits(principal, text, embedding, k, flt)]
+        """Relevance (as ``query``) blended with salience and recency; touches ``last_accessed`` of what it returns."""
+        return [cell for cell, _ in await self.recall_hits(principal, text, embedding, k, flt, ranking)]
 
     async def recall_hits(
-        self, principal: Principal, text: str | None, embedding: list[float] | None, k: int, flt: NodeFilter
+        self,
+        principal: Principal,
+        text: str | None,
+        embedding: list[float] | None,
+        k: int,
+        flt: NodeFilter,
+        ranking: Ranking | None = None,
     ) -> list[tuple[Cell, float]]:
         """``recall`` with each cell's raw cosine similarity to the query, in recall rank order
         (the rank blends salience and recency, so it need not follow the similarity)."""
-        pool = max(k * self._recall.candidates_factor, self._recall.min_candidates)
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
-            hits = await self._search(principal, vector, pool, flt)
+            candidates = await self._candidates(principal, self._lexical_terms(text, ranking), vector, self._pool(k), flt)
         now = self._clock()
-        similarity = {cell.id: sim for cell, sim in hits}
-        ranked = [cell for cell, _ in rerank_for_recall(hits, k, now, self._recall)]
+        similarity = {cell.id: sim for cell, sim, _ in candidates}
+        relevance = [(cell, rel) for cell, _, rel in candidates]
+        ranked = [cell for cell, _ in rerank_for_recall(relevance, k, now, self._recall)]
         by_shard: dict[int, list[str]] = defaultdict(list)
         for cell in ranked:
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(cell.id)
         for shard, ids in by_shard.items():  # access times are soft state: recall does not wait for them
             self._access.record(shard, ids, now)
         return [(replace(cell, last_accessed=max(cell.last_accessed, now)), similarity[cell.id]) for cell in ranked]
+
+    def _pool(self, k: int) -> int:
+        """How many candidates each ranking contributes before fusing or re-ranking."""
+        return max(k * self._recall.candidates_factor, self._recall.min_candidates)
+
+    def _lexical_terms(self, text: str | None, ranking: Ranking | None) -> list[str] | None:
+        """The query's BM25 terms when it ranks hybrid and has any; None means dense only."""
+        if (ranking or self._retrieval.ranking) is Ranking.DENSE or text is None:
+            return None
+        return terms(text) or None
+
+    async def _candidates(
+        self, principal: Principal, query_terms: list[str] | None, vector: Vector, pool: int, flt: NodeFilter
+    ) -> list[tuple[Cell, float, float]]:
+        """``(cell, cosine, relevance)`` most relevant first: relevance is the cosine for a dense search
+        (``query_terms`` None), the fused reciprocal rank (``mesh.fusion``) for a hybrid one."""
+        if query_terms is None:
+            return [(cell, sim, sim) for cell, sim in await self._search(principal, vector, pool, flt)]
+        flt = self._scoped(principal, flt)
+        parts = await asyncio.gather(
+            *(
+                self._dir.scene_shard(i).search_hybrid(principal.tenant_id, vector, query_terms, pool, flt, self._retrieval)
+                for i in range(self._dir.spec.scene_shards)
+            )
+        )
+        dense = merge([part[0] for part in parts], pool)
+        lexical = [(cell, cos) for cell, _, cos in merge_lexical([part[1] for part in parts], pool)]
+        return fuse(dense, lexical, self._retrieval)
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         await self._dir.scene_shard(shard).touch(ids, now)
@@ -248,16 +309,20 @@ class MemoryService:
             raise ValidationFailed(f"text must be 1 to {self._limits.max_text_chars} characters")
         return await self._embedder.embed_one(text, principal.tenant_id)
 
+    @staticmethod
+    def _scoped(principal: Principal, flt: NodeFilter) -> NodeFilter:
+        """``flt`` narrowed to the principal's read scope (when it has one)."""
+        if not principal.read_scope:
+            return flt
+        allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
+        return replace(flt, project_ids=frozenset(allowed))
+
     async def _search(self, principal: Principal, vector: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
-        if principal.read_scope:
-            allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
-            flt = replace(flt, project_ids=frozenset(allowed))
+        flt = self._scoped(principal, flt)
         parts = await asyncio.gather(
             *(self._dir.scene_shard(i).search(principal.tenant_id, vector, k, flt) for i in range(self._dir.spec.scene_shards))
         )
-        merged = [hit for part in parts for hit in part]
-        merged.sort(key=lambda h: (-h[1], h[0].id))
-        return merged[:k]
+        return merge(parts, k)
 
     # --------------------------------------------------------------- sessions
     async def open_session(self, principal: Principal, project_id: str) -> Session:

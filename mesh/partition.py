@@ -25,7 +25,7 @@ from mesh.pattern import duplicate_groups, pattern_of
 from mesh.query import NodeFilter
 from mesh.storage_cost import stored_bytes
 from mesh.summary import extractive_summary
-from mesh.tuning import SceneTuning
+from mesh.tuning import RetrievalTuning, SceneTuning
 
 
 @dataclass(slots=True)
@@ -218,6 +218,25 @@ class MemoryPartition:
         hits = tenant.index.search(query, k, tenant.mask(flt))
         return [(self.cells[cid], sim) for cid, sim in hits]
 
+    def lexical_search(
+        self, tenant_id: str, query: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning
+    ) -> list[tuple[Cell, float]]:
+        """The ``k`` cells of ``tenant_id`` passing ``flt`` with the highest positive BM25 for the ``query``
+        terms (see :mod:`mesh.lexical`), best first."""
+        if flt.tenant_id is not None and flt.tenant_id != tenant_id:
+            return []
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None or not query:
+            return []
+        return [(self.cells[cid], score) for cid, score in tenant.lexical_search(query, k, flt, tuning)]
+
+    def similarity(self, tenant_id: str, cells: list[Cell], query: Vector) -> list[float]:
+        """Cosine of ``query`` with each of the tenant's ``cells`` (held here)."""
+        tenant = self._tenants.get(tenant_id)
+        if tenant is None or not cells:
+            return [0.0] * len(cells)
+        return [float(s) for s in tenant.index.similarity([c.id for c in cells], query)]
+
     def scene(self, tenant_id: str, scene_id: str) -> Scene:
         """The scene with a fresh summary; absent and out-of-tenant are the same NotFound."""
         scene = self.scenes.get(scene_id)
@@ -302,7 +321,7 @@ class MemoryPartition:
             if cell is None:
                 continue
             self._count(cell, -1)
-            self._tenant(cell.tenant_id).index.erase(cid)
+            self._tenant(cell.tenant_id).erase(cell)
             scene = self.scenes.get(cell.scene_id or "")
             if scene is not None:
                 scene.members.remove(cid)
@@ -388,7 +407,7 @@ class MemoryPartition:
         for pattern in outcome.patterns:
             if self.cells.pop(pattern.id, None) is not None:
                 self._count(pattern, -1)
-            self._tenant(pattern.tenant_id).index.erase(pattern.id)
+            self._tenant(pattern.tenant_id).erase(pattern)
             if pattern.id in scene.members:
                 scene.members.remove(pattern.id)
         self._recompute(scene)

@@ -15,8 +15,10 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from mesh.lexical import LexicalIndex
 from mesh.model import Cell, CellType, Layer, Scene, Vector
 from mesh.query import NodeFilter
+from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
 
 _LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
@@ -37,7 +39,7 @@ class _Interner:
 
 
 class TenantCellIndex:
-    """A tenant's cell vectors with the columns filters need, row-aligned."""
+    """A tenant's cell vectors with the columns filters need and a BM25 index of their content, row-aligned."""
 
     def __init__(self, dims: int) -> None:
         self.index = VectorIndex(dims)
@@ -48,8 +50,10 @@ class TenantCellIndex:
         self.project = np.zeros(256, dtype=np.int32)
         self.superseded = np.zeros(256, dtype=np.bool_)
         self.strings = _Interner()
+        self.lexical = LexicalIndex()
 
     def put(self, cell: Cell) -> None:
+        """Insert or update the cell's row (a new row also enters the lexical index: content never changes)."""
         row = self.index.upsert(cell.id, cell.embedding, live=not cell.tombstone)
         if row >= self.layer.shape[0]:
             for name in ("layer", "cell_type", "scene", "agent", "project", "superseded"):
@@ -63,6 +67,20 @@ class TenantCellIndex:
         self.agent[row] = self.strings.code(cell.source_agent)
         self.project[row] = self.strings.code(cell.project_id)
         self.superseded[row] = cell.superseded_by is not None
+        self.lexical.add(row, int(self.project[row]) + 1, cell.content)  # codes from 0 (-1: no project)
+
+    def erase(self, cell: Cell) -> None:
+        """Zero the cell's vector and drop its terms: nothing derived from its content stays."""
+        if cell.id in self.index:
+            self.lexical.remove(self.index.row_of(cell.id), cell.content)
+        self.index.erase(cell.id)
+
+    def lexical_search(self, query: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning) -> list[tuple[str, float]]:
+        """The ``k`` live rows passing ``flt`` with the highest positive BM25 for ``query`` terms, best first."""
+        live = self.index.live()
+        allowed = live & self.mask(flt)
+        scores = self.lexical.scores(query, live, allowed, tuning.bm25_k1, tuning.bm25_b)
+        return self.index.top(scores, k)
 
     def mask(self, flt: NodeFilter) -> BoolMask:
         n = self.index.size

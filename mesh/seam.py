@@ -27,6 +27,7 @@ from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter
 from mesh.sharding import shard_for
+from mesh.tuning import RetrievalTuning
 from mesh.walk import Candidate, NeighbourRequest
 
 Neighbours = list[dict[str, list[Candidate]]]
@@ -73,6 +74,10 @@ class SceneShardActor(Actor, Reembedding, Protocol):
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> Neighbours: ...
 
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]: ...
+
+    async def search_hybrid(
+        self, tenant_id: str, query: Vector, terms: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning
+    ) -> tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]: ...
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
 

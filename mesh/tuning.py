@@ -7,6 +7,7 @@ ever receives these frozen objects, never reads settings itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,3 +51,34 @@ class RecallTuning:
     recency_half_life_s: float = 7 * 24 * 3600.0
     candidates_factor: int = 4
     min_candidates: int = 32
+
+
+class Ranking(StrEnum):
+    """How ``query`` and ``recall`` rank: dense similarity fused with BM25, or dense similarity alone."""
+
+    HYBRID = "hybrid"
+    DENSE = "dense"
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalTuning:
+    """How ``query`` and ``recall`` find candidates and rank them.
+
+    ranking: the default when a request does not name one.
+    rrf_k: reciprocal rank fusion's constant. A candidate at rank r (from 1) of
+        a list scores weight / (rrf_k + r) there; its relevance is the sum over
+        the dense and the lexical list, divided by the most any candidate could
+        get (first in both), so it lies in (0, 1].
+    w_dense, w_lexical: each list's weight in the fusion.
+    bm25_k1, bm25_b: BM25's term-frequency saturation and length normalisation.
+    Both lists are cut at the candidate pool before fusing: for ``query``
+    ``max(candidates_factor * k, min_candidates)`` of the recall tuning, and
+    for ``recall`` its own pool.
+    """
+
+    ranking: Ranking = Ranking.HYBRID
+    rrf_k: int = 60
+    w_dense: float = 1.0
+    w_lexical: float = 1.0
+    bm25_k1: float = 1.2
+    bm25_b: float = 0.75

@@ -119,6 +119,20 @@ class VectorIndex:
             return np.zeros(0, dtype=np.float32)
         return self._matrix[:n] @ query.astype(np.float32, copy=False)
 
+    def live(self) -> BoolMask:
+        """The live flag of rows ``0 .. size-1`` (a view: do not keep it across a write)."""
+        live: BoolMask = self._live[: self.size]
+        return live
+
+    def top(self, scores: npt.NDArray[np.float32], k: int) -> list[tuple[str, float]]:
+        """The ``k`` rows with the highest positive ``scores`` (one per row ``0 .. size-1``), best first,
+        ties by id as ``search``: how another score over these rows (BM25) is ranked."""
+        rows = np.flatnonzero(scores > 0)
+        if rows.size == 0 or k <= 0:
+            return []
+        chosen = scores[rows]
+        return [(self._ids[int(rows[i])], float(chosen[i])) for i in self._best(chosen, rows, k)]
+
     def search(self, query: Vector, k: int, mask: BoolMask | None = None) -> list[tuple[str, float]]:
         """The ``k`` live rows nearest ``query`` (optionally within ``mask``), best first."""
         n = self.size

@@ -30,6 +30,7 @@ from head.facade import Bucket, Memesh
 from mesh.identity import Principal
 from mesh.model import CellType, Layer, NewCell
 from mesh.query import NodeFilter
+from mesh.tuning import Ranking
 
 
 def _whole(value: Any) -> Any:
@@ -70,6 +71,7 @@ class Search(Operation):
     scene_id: StrictStr | None = None
     source_agent: StrictStr | None = None
     layer: Layer | None = None
+    ranking: Ranking | None = None
 
     async def run(self, memesh: Memesh, principal: Principal) -> dict[str, Any]:
         """Hits, and the scope they were read in (an empty ``read_scope`` is the whole tenant)."""
@@ -90,14 +92,14 @@ class Recall(Search):
     op = "recall"
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
-        return _hits(await memesh.memory.recall_hits(principal, self.text, None, self.k, self.node_filter()))
+        return _hits(await memesh.memory.recall_hits(principal, self.text, None, self.k, self.node_filter(), self.ranking))
 
 
 class Query(Search):
     op = "query"
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
-        return _hits(await memesh.memory.query_hits(principal, self.text, None, self.k, self.node_filter()))
+        return _hits(await memesh.memory.query_hits(principal, self.text, None, self.k, self.node_filter(), self.ranking))
 
 
 class WriteCell(Operation):

@@ -76,15 +76,20 @@ async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> list[
     return [NodeOut.of(c) for c in cells]
 
 
-@router.post("/query", response_model=list[NodeOut], tags=["retrieval"], summary="Nearest live nodes by similarity")
+@router.post(
+    "/query",
+    response_model=list[NodeOut],
+    tags=["retrieval"],
+    summary="Most relevant live nodes: similarity fused with BM25, or similarity alone",
+)
 async def query(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
-    cells = await core.memory.query(principal, body.text, body.embedding, body.k, node_filter(body))
+    cells = await core.memory.query(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
     return [NodeOut.of(c) for c in cells]
 
 
-@router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Similarity blended with salience and recency")
+@router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Relevance blended with salience and recency")
 async def recall(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
-    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, node_filter(body))
+    cells = await core.memory.recall(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
     return [NodeOut.of(c) for c in cells]
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from pydantic_core import PydanticCustomError
 
 from mesh.model import Cell, CellType, Layer, Scene
+from mesh.tuning import Ranking
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -58,6 +59,14 @@ class QueryIn(_Request):
     k: StrictInt = Field(10, ge=1, description="At most limits.max_k (1,000).")
     filter: FilterIn | None = None
     layer: Layer | None = None
+    ranking: Ranking | None = Field(
+        None,
+        description=(
+            "`hybrid`: dense similarity fused with BM25 over cell content (reciprocal rank fusion); "
+            "`dense`: similarity alone, nearest first. Default: the server's retrieval.ranking (hybrid). "
+            "A query by `embedding` has no text, so it is always dense."
+        ),
+    )
 
     @model_validator(mode="after")
     def _text_or_embedding(self) -> QueryIn:

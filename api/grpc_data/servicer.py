@@ -93,7 +93,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
         async def work(p: Principal) -> pb.RetrieveResponse:
             body = wire.validated(QueryIn, wire.query_fields(request))
             search = self.memesh.memory.recall_hits if recall else self.memesh.memory.query_hits
-            hits = await search(p, body.text, body.embedding, body.k, node_filter(body))
+            hits = await search(p, body.text, body.embedding, body.k, node_filter(body), body.ranking)
             full = request.view == pb.FULL
             return pb.RetrieveResponse(
                 hits=[

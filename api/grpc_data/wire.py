@@ -75,7 +75,7 @@ def cell_fields(cell: pb.CellInput) -> dict[str, Any]:
 
 def query_fields(request: pb.RetrieveRequest) -> dict[str, Any]:
     """A ``RetrieveRequest`` as the ``QueryIn`` fields it gives."""
-    fields = given(request, "text", "embedding", "k", "layer")
+    fields = given(request, "text", "embedding", "k", "layer", "ranking")
     if request.HasField("filter"):
         fields["filter"] = given(request.filter, "cell_types", "scene_id", "source_agent", "tenant_id")
     return fields

@@ -35,6 +35,7 @@ from mesh.identity import Principal
 from mesh.inbox_wire import pull_page
 from mesh.model import Cell, CellType, Layer, NewCell
 from mesh.query import NodeFilter
+from mesh.tuning import Ranking
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,9 +49,14 @@ INSTRUCTIONS = (
 DISTANCE = "cosine distance between the query and the cell's vector (1 - cosine similarity): 0 is identical, 2 opposite"
 
 
+RANKING = "ranking `hybrid` (default) fuses similarity with BM25 keyword matching; `dense` ranks by similarity alone"
 RECALL = (
-    "Cells that matter for `text`: similarity blended with salience and recency, in rank order. "
-    f"distance: {DISTANCE}; the order is the rank, so it need not follow distance."
+    "Cells that matter for `text`: relevance blended with salience and recency, in rank order. "
+    f"{RANKING}. distance: {DISTANCE}; the order is the rank, so it need not follow distance."
+)
+QUERY = (
+    f"Cells most relevant to `text`, in rank order. {RANKING} (then nearest first). "
+    f"distance: {DISTANCE}; a hybrid order need not follow distance."
 )
 PULL = (
     "Drain your inbox: deliveries after your cursor, best first; `ack` the largest sequence you handled "
@@ -121,10 +127,15 @@ def _hits(hits: list[tuple[Cell, float]]) -> list[Hit]:
     return [Hit(node_id=cell.id, distance=round(1.0 - similarity, 6)) for cell, similarity in hits]
 
 
-Search = Callable[[Principal, str | None, list[float] | None, int, NodeFilter], Awaitable[list[tuple[Cell, float]]]]
+Search = Callable[
+    [Principal, str | None, list[float] | None, int, NodeFilter, Ranking | None], Awaitable[list[tuple[Cell, float]]]
+]
 Text = Annotated[str, Field(min_length=1, description="What to look for, in words.")]
 K = Annotated[int, Field(ge=1, description="How many hits at most (up to limits.max_k).")]
 Types = Annotated[list[CellType] | None, Field(description="Only cells of these types.")]
+RankingParam = Annotated[
+    Ranking | None, Field(description="hybrid (default): similarity fused with BM25; dense: similarity alone.")
+]
 
 
 class MemeshMCPServer(MCPServer):
@@ -189,15 +200,14 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
             scene_id: str | None = None,
             source_agent: str | None = None,
             layer: Layer | None = None,
+            ranking: RankingParam = None,
         ) -> list[Hit]:
             principal = _caller(ctx)
             memesh.charge(principal, Bucket.READ)
-            return _hits(await search(principal, text, None, k, _filter(cell_types, scene_id, source_agent, layer)))
+            return _hits(await search(principal, text, None, k, _filter(cell_types, scene_id, source_agent, layer), ranking))
 
     search_tool("recall", RECALL, memesh.memory.recall_hits)
-    search_tool(
-        "query", f"Cells nearest `text` by similarity alone, nearest first. distance: {DISTANCE}.", memesh.memory.query_hits
-    )
+    search_tool("query", QUERY, memesh.memory.query_hits)
 
     @server.tool(description="Remember one unit of knowledge; it joins a scene and reaches agents whose interests it matches.")
     @_coded

@@ -120,7 +120,7 @@ class Filter(_message.Message):
     def __init__(self, cell_types: _Optional[_Iterable[str]] = ..., scene_id: _Optional[str] = ..., source_agent: _Optional[str] = ..., tenant_id: _Optional[str] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
-    __slots__ = ("text", "embedding", "k", "filter", "layer", "view", "include_embedding")
+    __slots__ = ("text", "embedding", "k", "filter", "layer", "view", "include_embedding", "ranking")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
@@ -128,6 +128,7 @@ class RetrieveRequest(_message.Message):
     LAYER_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    RANKING_FIELD_NUMBER: _ClassVar[int]
     text: str
     embedding: _containers.RepeatedScalarFieldContainer[float]
     k: int
@@ -135,7 +136,8 @@ class RetrieveRequest(_message.Message):
     layer: str
     view: View
     include_embedding: bool
-    def __init__(self, text: _Optional[str] = ..., embedding: _Optional[_Iterable[float]] = ..., k: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., layer: _Optional[str] = ..., view: _Optional[_Union[View, str]] = ..., include_embedding: _Optional[bool] = ...) -> None: ...
+    ranking: str
+    def __init__(self, text: _Optional[str] = ..., embedding: _Optional[_Iterable[float]] = ..., k: _Optional[int] = ..., filter: _Optional[_Union[Filter, _Mapping]] = ..., layer: _Optional[str] = ..., view: _Optional[_Union[View, str]] = ..., include_embedding: _Optional[bool] = ..., ranking: _Optional[str] = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("node_id", "distance", "node")

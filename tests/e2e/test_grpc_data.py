@@ -150,7 +150,8 @@ def test_cells_retrieval_sessions_and_scenes(server: Server, stub: data_pb2_grpc
     assert basic.distance_metric == "cosine_distance"
     assert basic.hits[0].node_id == written[0].id and not basic.hits[0].HasField("node")
     assert all(0.0 <= h.distance <= 2.0 for h in basic.hits)
-    assert [h.distance for h in basic.hits] == sorted(h.distance for h in basic.hits)  # query: nearest first
+    dense = stub.Query(pb.RetrieveRequest(text=question, k=4, ranking="dense"), metadata=md, timeout=30)
+    assert [h.distance for h in dense.hits] == sorted(h.distance for h in dense.hits)  # dense: nearest first
     with server.http(key) as http:  # the same ranking as REST's
         assert [n["id"] for n in http.post("/v1/query", json={"text": question, "k": 4}).json()] == [
             h.node_id for h in basic.hits
@@ -205,6 +206,8 @@ def test_requests_rest_refuses_are_refused_with_the_field(server: Server, stub: 
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and reason(rich) == "VALIDATION"  # type: ignore[attr-defined]
     _, rich = refusal(stub.Recall, pb.RetrieveRequest(text="x", k=0), metadata=md)
     assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["k"]
+    _, rich = refusal(stub.Query, pb.RetrieveRequest(text="x", k=1, ranking="bm25"), metadata=md)
+    assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["ranking"]
     _, rich = refusal(
         stub.WriteCells,
         pb.WriteCellsRequest(cells=[pb.CellInput(content="ok", cell_type="Fact"), pb.CellInput(cell_type="Fact")]),

@@ -77,6 +77,9 @@ def test_an_agent_writes_and_recalls_through_mcp(server: Server, era: str) -> No
                 ]
                 assert hits[0]["node_id"] == written["node_id"], hits
                 assert all(set(h) == {"node_id", "distance"} and 0.0 <= h["distance"] <= 2.0 for h in hits)
+            dense = structured(await mcp.call_tool("query", {"text": "card payment retried", "k": 2, "ranking": "dense"}))
+            assert [h["distance"] for h in dense["result"]] == sorted(h["distance"] for h in dense["result"])
+            assert (await mcp.call_tool("query", {"text": "x", "k": 1, "ranking": "bm25"})).is_error
             refused = await mcp.call_tool("recall", {"text": "anything", "k": 100_000})
             assert refused.is_error and refused.content[0].text.startswith("validation:")
             scene = structured(await mcp.call_tool("get_scene", {"scene_id": written["scene_id"]}))

@@ -356,3 +356,63 @@ async def test_a_query_with_neither_text_nor_embedding_is_a_missing_field(api: A
         assert_error(await api.send("POST", path, key, {"k": 3}), 422, "validation")
         both = {"text": "x", "embedding": [1.0] * 384, "k": 3}
         assert_error(await api.send("POST", path, key, both), 400, "validation")
+
+
+async def test_hybrid_ranking_fuses_keywords_and_dense_ranks_by_similarity_alone(api: Api) -> None:
+    """Three cells whose vectors the client chose: the nearest vector says nothing of the keyword, the
+    second nearest says it twice, the third says it with a far vector. ``dense`` is nearest first; the
+    default (``hybrid``) puts first the cell both rankings agree on; a query by embedding is dense."""
+    from head.embedding import HashEngine
+
+    engine = HashEngine(384)
+    near, middle, far = (
+        [float(x) for x in engine.encode([t])[0]] for t in ("zebra", "zebra stripes on the savanna grass", "tax forms")
+    )
+    key = await api.key()
+    written = await api.send(
+        "POST",
+        "/v1/cells:batch",
+        key,
+        {
+            "cells": [
+                cell("an unrelated note about lunch", embedding=near),
+                cell("the zebra report: zebra counts rose", embedding=middle),
+                cell("a zebra crossing was painted", embedding=far),
+            ]
+        },
+    )
+    assert written.status_code == 201, written.text
+    lunch, report, crossing = (n["id"] for n in written.json())
+    for path in ("/v1/query", "/v1/recall"):
+        dense = (await api.send("POST", path, key, {"text": "zebra", "k": 3, "ranking": "dense"})).json()
+        assert [n["id"] for n in dense] == [lunch, report, crossing], path
+        hybrid = (await api.send("POST", path, key, {"text": "zebra", "k": 3})).json()
+        assert hybrid[0]["id"] == report, path
+        assert {n["id"] for n in hybrid} == {lunch, report, crossing}
+        by_vector = (await api.send("POST", path, key, {"embedding": near, "k": 3, "ranking": "hybrid"})).json()
+        assert [n["id"] for n in by_vector] == [lunch, report, crossing], path
+    narrow = (await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 1})).json()
+    assert [n["id"] for n in narrow] == [report]
+    for bad in ("bm25", "", "Dense"):  # a value outside the enum is 400, as for cell_type (docs/decisions.md)
+        assert_error(await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 3, "ranking": bad}), 400, "validation")
+    default = await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 3, "ranking": None})
+    asked = await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 3, "ranking": "hybrid"})
+    assert [n["id"] for n in default.json()] == [n["id"] for n in asked.json()]  # null: the server's default
+
+
+async def test_the_default_ranking_is_a_setting(make_core: Callable[..., Memesh]) -> None:
+    from head.embedding import HashEngine
+
+    memesh = make_core(retrieval={"ranking": "dense"})
+    try:
+        api = Api(memesh)
+        engine = HashEngine(384)
+        near, middle = ([float(x) for x in engine.encode([t])[0]] for t in ("zebra", "zebra stripes on the savanna"))
+        key = await api.key()
+        body = {"cells": [cell("lunch", embedding=near), cell("zebra zebra", embedding=middle)]}
+        lunch, _ = (n["id"] for n in (await api.send("POST", "/v1/cells:batch", key, body)).json())
+        assert (await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 1})).json()[0]["id"] == lunch
+        asked = await api.send("POST", "/v1/query", key, {"text": "zebra", "k": 1, "ranking": "hybrid"})
+        assert asked.json()[0]["id"] != lunch
+    finally:
+        await memesh.close()

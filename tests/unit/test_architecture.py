@@ -21,7 +21,7 @@ ALLOWED = {
     "api": {"mesh", "head", "api", "memesh_proto"},
     "cluster": FIRST_PARTY,
 }
-MESH_THIRD_PARTY = {"numpy", "pydantic"}
+MESH_THIRD_PARTY = {"numpy", "pydantic", "Stemmer", "sklearn"}  # computation only: text analysis for mesh.lexical
 MESH_FORBIDDEN_STDLIB = {"random", "secrets", "time", "os", "socket", "asyncio", "threading", "subprocess"}
 
 

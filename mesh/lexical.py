@@ -1,0 +1,178 @@
+"""Lexical retrieval: BM25 over cell content, row-aligned with a tenant's vectors.
+
+:func:`terms` turns a text into index terms: Unicode words, case-folded,
+English stop words removed (scikit-learn's list), Snowball-stemmed (PyStemmer),
+at most :data:`MAX_TERMS` per text. The head tokenises a query once and sends
+its terms; partitions tokenise the cells they hold.
+
+:class:`LexicalIndex` is an inverted index whose document numbers are the rows
+of a :class:`~mesh.vector_index.VectorIndex`, so the masks a filtered dense
+search builds (live rows, layer, type, scene, agent, project) select lexical
+candidates too. Its statistics (document count, average length, document
+frequency) are those of each *project's* live rows at the moment of the query:
+a project lives in one partition whatever the shard count, so a cell's BM25
+score depends on its project's cells only, never on placement, and a tombstone
+or an erase changes the statistics at once.
+
+:func:`terms` shares one stemmer per process, which is not thread-safe: call it
+from one thread (the event loop of the head or of an actor), as memesh does.
+
+Guarantees: ``scores`` gives only rows in ``allowed`` with a positive score,
+best first, ties by the row's id key (the dense search's tie-break);
+``add``/``remove`` are exact inverses for a row; the index keeps no text, only
+term postings (an erase removes the row from every posting of its terms).
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from mesh.vector_index import BoolMask
+
+MAX_TERMS = 2_048  # terms indexed per text (a cell is at most limits.max_text_chars)
+_WORD = re.compile(r"[^\W_]+")
+
+
+@cache
+def _analysis() -> tuple[Any, frozenset[str]]:
+    """The English Snowball stemmer and stop-word list, loaded on first use (importing scikit-learn takes ~1 s)."""
+    import Stemmer
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    return Stemmer.Stemmer("english"), frozenset(ENGLISH_STOP_WORDS)
+
+
+@lru_cache(maxsize=65_536)
+def _stem(word: str) -> str | None:
+    """A word's index term, or None for a stop word (memoised: conversation vocabularies repeat)."""
+    stemmer, stop = _analysis()
+    if word in stop:
+        return None
+    stemmed: str = stemmer.stemWord(word)
+    return stemmed
+
+
+def terms(text: str) -> list[str]:
+    """The index terms of ``text`` in order (repeats kept): words case-folded, stop words dropped, stemmed."""
+    out: list[str] = []
+    for match in _WORD.finditer(text.casefold()):
+        term = _stem(match.group())
+        if term is not None:
+            out.append(term)
+            if len(out) == MAX_TERMS:
+                break
+    return out
+
+
+@dataclass(slots=True)
+class _Postings:
+    rows: array[int] = field(default_factory=lambda: array("i"))
+    counts: array[int] = field(default_factory=lambda: array("i"))
+
+
+class LexicalIndex:
+    """Term postings over rows, with each row's length and project code (row-aligned)."""
+
+    def __init__(self) -> None:
+        self._postings: dict[str, _Postings] = {}
+        self._length = np.zeros(256, dtype=np.float32)
+        self._project = np.zeros(256, dtype=np.int32)
+        self._indexed = np.zeros(256, dtype=np.bool_)
+
+    def __contains__(self, row: int) -> bool:
+        return row < self._indexed.shape[0] and bool(self._indexed[row])
+
+    def add(self, row: int, project: int, text: str) -> None:
+        """Index ``text`` as row ``row`` of project code ``project`` (>= 0). A row already indexed is left as it is:
+        a cell's content never changes."""
+        if row in self:
+            return
+        self._grow(row)
+        counted = Counter(terms(text))
+        for term, count in counted.items():
+            postings = self._postings.get(term)
+            if postings is None:
+                postings = self._postings[term] = _Postings()
+            postings.rows.append(row)
+            postings.counts.append(count)
+        self._length[row] = sum(counted.values())
+        self._project[row] = project
+        self._indexed[row] = True
+
+    def remove(self, row: int, text: str) -> None:
+        """Take row ``row`` (indexed from ``text``) out of every posting: what an erase does."""
+        if row not in self:
+            return
+        for term in set(terms(text)):
+            postings = self._postings.get(term)
+            if postings is None:
+                continue
+            rows = np.frombuffer(postings.rows, dtype=np.int32)
+            keep = np.flatnonzero(rows != row)
+            if keep.size == 0:
+                del self._postings[term]
+                continue
+            counts = np.frombuffer(postings.counts, dtype=np.int32)
+            kept_rows, kept_counts = array("i", rows[keep].tobytes()), array("i", counts[keep].tobytes())
+            del rows, counts  # release the buffers before replacing the arrays
+            postings.rows, postings.counts = kept_rows, kept_counts
+        self._length[row] = 0.0
+        self._indexed[row] = False
+
+    def scores(
+        self, query: list[str], live: BoolMask, allowed: BoolMask, k1: float = 1.2, b: float = 0.75
+    ) -> npt.NDArray[np.float32]:
+        """BM25 (``k1``, ``b``) of every row, 0 outside ``allowed``; statistics per project over ``live`` rows.
+        ``live`` and ``allowed`` cover rows ``0 .. n-1``."""
+        n = live.shape[0]
+        total = np.zeros(n, dtype=np.float32)
+        if n == 0 or not query:
+            return total
+        counted = Counter(query)
+        live_rows = live & self._indexed[:n]
+        projects = self._project[:n]
+        width = int(projects[live_rows].max(initial=-1)) + 1
+        if width == 0:
+            return total
+        docs = np.bincount(projects[live_rows], minlength=width).astype(np.float64)
+        lengths = np.bincount(projects[live_rows], weights=self._length[:n][live_rows], minlength=width)
+        average = np.divide(lengths, docs, out=np.ones(width), where=docs > 0)
+        for term, weight in counted.items():
+            postings = self._postings.get(term)
+            if postings is None:
+                continue
+            rows = np.frombuffer(postings.rows, dtype=np.int32)
+            counts = np.frombuffer(postings.counts, dtype=np.int32)
+            inside = rows < n
+            rows, counts = rows[inside], counts[inside]
+            alive = live_rows[rows]
+            frequency = np.bincount(projects[rows[alive]], minlength=width).astype(np.float64)
+            idf = np.log1p((docs - frequency + 0.5) / (frequency + 0.5))
+            chosen = allowed[rows] & alive
+            rows, counts = rows[chosen], counts[chosen].astype(np.float32)
+            if rows.size == 0:
+                continue
+            project = projects[rows]
+            norm = k1 * (1.0 - b + b * self._length[rows] / average[project].astype(np.float32))
+            total[rows] += weight * idf[project].astype(np.float32) * counts * (k1 + 1.0) / (counts + norm)
+        return total
+
+    def _grow(self, row: int) -> None:
+        size = self._indexed.shape[0]
+        if row < size:
+            return
+        while size <= row:
+            size *= 2
+        for name in ("_length", "_project", "_indexed"):
+            old = getattr(self, name)
+            new = np.zeros(size, dtype=old.dtype)
+            new[: old.shape[0]] = old
+            setattr(self, name, new)

@@ -1,0 +1,97 @@
+"""The lexical index (BM25, row-aligned with the vectors) and reciprocal rank fusion."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mesh.fusion import fuse
+from mesh.lexical import LexicalIndex, terms
+from mesh.partition import MemoryPartition
+from mesh.query import NodeFilter
+from mesh.tuning import RetrievalTuning, SceneTuning
+from tests.unit.helpers import cell, direction, uid
+
+DIMS = 16
+TUNING = RetrievalTuning()
+
+
+def test_terms_fold_case_drop_stop_words_and_stem() -> None:
+    assert terms("The Running dogs, and THEIR owners' meetings!") == ["run", "dog", "owner", "meet"]
+    assert terms("Zürich café 2024 x_y") == ["zürich", "café", "2024", "x", "y"]
+    assert terms("the of and") == []
+
+
+def test_bm25_matches_the_textbook_formula() -> None:
+    index = LexicalIndex()
+    docs = ["apple banana apple", "banana cherry", "cherry cherry date fig"]
+    for row, text in enumerate(docs):
+        index.add(row, 1, text)
+    live = np.ones(3, dtype=np.bool_)
+    scores = index.scores(["appl", "cherri"], live, live, k1=1.2, b=0.75)
+    lengths = [3, 2, 4]
+    average = sum(lengths) / 3
+
+    def term(tf: int, df: int, length: int) -> float:
+        idf = math.log(1 + (3 - df + 0.5) / (df + 0.5))
+        return idf * tf * 2.2 / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
+
+    expected = [term(2, 1, 3), term(1, 2, 2), term(2, 2, 4)]
+    assert np.allclose(scores, expected, rtol=1e-5)
+
+
+def test_statistics_are_per_project_and_over_live_rows_only() -> None:
+    index = LexicalIndex()
+    index.add(0, 1, "alpha beta")
+    index.add(1, 1, "alpha gamma")
+    index.add(2, 2, "alpha beta")  # another project: its rows never change project 1's scores
+    live = np.array([True, True, True])
+    alone = LexicalIndex()
+    alone.add(0, 1, "alpha beta")
+    alone.add(1, 1, "alpha gamma")
+    both = index.scores(["beta"], live, live)
+    only = alone.scores(["beta"], np.array([True, True]), np.array([True, True]))
+    assert math.isclose(both[0], only[0], rel_tol=1e-6)
+    dead = np.array([True, False, True])  # a tombstoned row leaves the statistics at once
+    assert not math.isclose(index.scores(["beta"], dead, dead)[0], both[0], rel_tol=1e-6)
+    assert index.scores(["beta"], dead, dead)[1] == 0.0
+
+
+def test_remove_is_the_inverse_of_add() -> None:
+    index = LexicalIndex()
+    index.add(0, 1, "secret plan zebra")
+    index.add(1, 1, "plan b")
+    live = np.ones(2, dtype=np.bool_)
+    before = index.scores(["plan"], live, live).copy()
+    index.remove(0, "secret plan zebra")
+    assert 0 not in index
+    assert "zebra" not in index._postings and "secret" not in index._postings  # nothing of its content is left
+    index.add(0, 1, "secret plan zebra")
+    assert np.allclose(index.scores(["plan"], live, live), before)
+
+
+def test_fusion_rewards_agreement_and_keeps_dense_order_alone() -> None:
+    a, b, c = (cell(direction(i, DIMS)) for i in range(3))
+    dense = [(a, 0.9), (b, 0.8), (c, 0.7)]
+    assert [x.id for x, _, _ in fuse(dense, [], TUNING)] == [a.id, b.id, c.id]
+    fused = fuse(dense, [(c, 0.7), (b, 0.8)], TUNING)
+    assert [x.id for x, _, _ in fused] == [c.id, b.id, a.id]  # found by both beats first in one list only
+    assert fused[0][2] < 1.0 and fused[0][1] == 0.7  # relevance below the maximum; the cosine is carried along
+    top = fuse([(a, 0.9)], [(a, 0.9)], TUNING)
+    assert top[0][2] == 1.0
+
+
+def test_partition_lexical_search_honours_filters_tombstones_and_erase() -> None:
+    p = MemoryPartition(DIMS, SceneTuning())
+    kept = cell(direction(1, DIMS), content="the quarterly zebra budget")
+    gone = cell(direction(2, DIMS), content="zebra crossing near the office")
+    other = cell(direction(3, DIMS), content="zebra in another tenant", tenant="t2")
+    p.write([kept, gone, other], [uid("5") for _ in range(3)])
+    found = p.lexical_search("t1", terms("zebra"), 10, NodeFilter(), TUNING)
+    assert {c.id for c, _ in found} == {kept.id, gone.id}
+    p.tombstone(gone.id)
+    assert [c.id for c, _ in p.lexical_search("t1", terms("zebra"), 10, NodeFilter(), TUNING)] == [kept.id]
+    p.erase([kept.id])
+    assert p.lexical_search("t1", terms("zebra budget"), 10, NodeFilter(), TUNING) == []
+    assert p.lexical_search("t1", terms("zebra"), 10, NodeFilter(tenant_id="t2"), TUNING) == []
