@@ -1,5 +1,6 @@
 """The /v1 memory routes (cells, retrieval, sessions, scenes): decode, call one use case on the facade, encode.
 
+Nodes are rendered to JSON bytes by :mod:`api.data.render` (``NodeOut`` documents them).
 Authentication happened in the gate (:mod:`api.data.gate`); each route
 charges its rate-limit bucket through its principal dependency
 (:mod:`api.deps`: ``Reader`` the Read bucket, ``Writer`` the Write bucket;
@@ -13,8 +14,10 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Query
+from fastapi.responses import Response
 
 from api.cursors import decode_cursor, encode_cursor
+from api.data.render import node_response, nodes_response
 from api.data.schemas import (
     ERROR_RESPONSES,
     CellBatchIn,
@@ -63,17 +66,17 @@ def node_filter(body: QueryIn) -> NodeFilter:
 
 
 @router.post("/cells", status_code=201, response_model=NodeOut, tags=["cells"], summary="Write one cell")
-async def write_cell(body: CellIn, principal: Writer, core: Core) -> NodeOut:
+async def write_cell(body: CellIn, principal: Writer, core: Core) -> Response:
     (cell,) = await core.memory.write_cells(principal, [new_cell(body)])
-    return NodeOut.of(cell)
+    return node_response(cell, status_code=201)
 
 
 @router.post("/cells:batch", status_code=201, response_model=list[NodeOut], tags=["cells"], summary="Write cells in order")
-async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> list[NodeOut]:
+async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> Response:
     """Charged one token of the Write bucket per cell (a batch costs what its cells would one by one)."""
     core.charge(principal, Bucket.WRITE, cost=len(body.cells))
     cells = await core.memory.write_cells(principal, [new_cell(c) for c in body.cells])
-    return [NodeOut.of(c) for c in cells]
+    return nodes_response(cells, status_code=201)
 
 
 @router.post(
@@ -82,15 +85,15 @@ async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> list[
     tags=["retrieval"],
     summary="Most relevant live nodes: similarity fused with BM25, or similarity alone",
 )
-async def query(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+async def query(body: QueryIn, principal: Reader, core: Core) -> Response:
     cells = await core.memory.query(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
-    return [NodeOut.of(c) for c in cells]
+    return nodes_response(cells)
 
 
 @router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Relevance blended with salience and recency")
-async def recall(body: QueryIn, principal: Reader, core: Core) -> list[NodeOut]:
+async def recall(body: QueryIn, principal: Reader, core: Core) -> Response:
     cells = await core.memory.recall(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
-    return [NodeOut.of(c) for c in cells]
+    return nodes_response(cells)
 
 
 @router.post("/sessions", response_model=SessionOut, tags=["sessions"], summary="Open a working session")
