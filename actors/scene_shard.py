@@ -40,12 +40,13 @@ from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.walk_queue import WalkQueue
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
+from mesh.errors import MemeshError
 from mesh.ids import IdSource
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.partition import MemoryPartition
-from mesh.query import NodeFilter
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
-from mesh.tuning import RetrievalTuning, SceneTuning
+from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 log = logging.getLogger(__name__)
@@ -200,16 +201,16 @@ class SceneShard:
         partition = await self._ready()
         return partition.search(tenant_id, query, k, flt)
 
-    async def search_hybrid(
-        self, tenant_id: str, query: Vector, terms: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning
-    ) -> tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]:
-        """Both candidate lists of a hybrid search in one round trip: the ``k`` nearest cells ``(cell, cosine)``
-        and the ``k`` best by BM25 of ``terms``, ``(cell, bm25, cosine)`` (the cosine is what recall blends)."""
+    async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
+        """Each request's answer, in order, as if asked alone (a refusal is returned in its place)."""
         partition = await self._ready()
-        dense = partition.search(tenant_id, query, k, flt)
-        lexical = partition.lexical_search(tenant_id, terms, k, flt, tuning)
-        cosines = partition.similarity(tenant_id, [cell for cell, _ in lexical], query)
-        return dense, [(cell, bm25, cos) for (cell, bm25), cos in zip(lexical, cosines, strict=True)]
+        answers: list[SearchAnswer | MemeshError] = []
+        for request in requests:
+            try:
+                answers.append(partition.answer(request))
+            except MemeshError as exc:
+                answers.append(exc)
+        return answers
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None:
         """Record access times; persisted with the next batch, not awaited (soft state)."""

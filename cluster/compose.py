@@ -139,6 +139,7 @@ def build_memesh(settings: Settings) -> Memesh:
         rate_policies(settings),
         recall_tuning=settings.recall.tuning(),
         retrieval_tuning=settings.retrieval.tuning(),
+        batch_searches=settings.retrieval.batch_searches,
         limits=MemoryLimits(
             max_content_chars=limits.max_content_chars,
             max_batch_cells=limits.max_batch_cells,

@@ -272,9 +272,10 @@ class RetrievalSettings(_Section):
     w_lexical: float = Field(1.0, ge=0)
     bm25_k1: float = Field(1.2, ge=0, le=100)
     bm25_b: float = Field(0.75, ge=0, le=1)
+    batch_searches: bool = True  # concurrent searches share one actor call per scene shard
 
     def tuning(self) -> RetrievalTuning:
-        return RetrievalTuning(**self.model_dump())
+        return RetrievalTuning(**self.model_dump(exclude={"batch_searches"}))
 
 
 class LimitsSettings(_Section):

@@ -60,6 +60,7 @@ class Memesh:
         rate_policies: dict[str, BucketPolicy],
         recall_tuning: RecallTuning = RecallTuning(),
         retrieval_tuning: RetrievalTuning = RetrievalTuning(),
+        batch_searches: bool = True,
         limits: MemoryLimits = MemoryLimits(),
         principal_cache_ttl_s: float = 30.0,
         inbox_limits: InboxLimits = InboxLimits(),
@@ -78,7 +79,9 @@ class Memesh:
         self.embedder = embedder
         ids = system_ids(clock)
         self.usage = UsageLedger(directory, quotas, monotonic)
-        self.memory = MemoryService(directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning)
+        self.memory = MemoryService(
+            directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches
+        )
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)

@@ -26,14 +26,15 @@ import numpy as np
 
 from head.access_times import AccessTimes
 from head.embedding import Embedder
+from head.search_batches import SearchBatches
 from head.usage import UsageLedger
-from mesh.errors import DimensionMismatch, Forbidden, NotFound, ValidationFailed
+from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
 from mesh.fusion import fuse, merge, merge_lexical
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
 from mesh.lexical import terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
-from mesh.query import NodeFilter, rerank_for_recall
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest, rerank_for_recall
 from mesh.seam import Directory
 from mesh.sharding import partition_key, shard_for
 from mesh.storage_cost import stored_bytes
@@ -70,6 +71,7 @@ class MemoryService:
         limits: MemoryLimits,
         usage: UsageLedger,
         retrieval: RetrievalTuning | None = None,
+        batch_searches: bool = True,
     ) -> None:
         self._dir = directory
         self._embedder = embedder
@@ -81,6 +83,7 @@ class MemoryService:
         self._usage = usage
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
         self._access = AccessTimes(self._touch)  # recall's access times, coalesced under load
+        self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
 
     # --------------------------------------------------------------- writing
     async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
@@ -279,16 +282,19 @@ class MemoryService:
         (``query_terms`` None), the fused reciprocal rank (``mesh.fusion``) for a hybrid one."""
         if query_terms is None:
             return [(cell, sim, sim) for cell, sim in await self._search(principal, vector, pool, flt)]
-        flt = self._scoped(principal, flt)
-        parts = await asyncio.gather(
-            *(
-                self._dir.scene_shard(i).search_hybrid(principal.tenant_id, vector, query_terms, pool, flt, self._retrieval)
-                for i in range(self._dir.spec.scene_shards)
-            )
+        parts = await self._fan_out(
+            SearchRequest(principal.tenant_id, vector, pool, self._scoped(principal, flt), tuple(query_terms), self._retrieval)
         )
         dense = merge([part[0] for part in parts], pool)
         lexical = [(cell, cos) for cell, _, cos in merge_lexical([part[1] for part in parts], pool)]
         return fuse(dense, lexical, self._retrieval)
+
+    async def _fan_out(self, request: SearchRequest) -> list[SearchAnswer]:
+        """Every scene shard's answer to ``request``, in parallel (coalesced with concurrent requests per shard)."""
+        return await asyncio.gather(*(self.searches.search(i, request) for i in range(self._dir.spec.scene_shards)))
+
+    async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
+        return await self._dir.scene_shard(shard).search_batch(requests)
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         await self._dir.scene_shard(shard).touch(ids, now)
@@ -296,6 +302,7 @@ class MemoryService:
     async def close(self) -> None:
         """Send the access times still waiting (bounded)."""
         await self._access.close()
+        await self.searches.close()
 
     async def _query_vector(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int) -> Vector:
         if k < 1 or k > self._limits.max_k:
@@ -318,11 +325,8 @@ class MemoryService:
         return replace(flt, project_ids=frozenset(allowed))
 
     async def _search(self, principal: Principal, vector: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
-        flt = self._scoped(principal, flt)
-        parts = await asyncio.gather(
-            *(self._dir.scene_shard(i).search(principal.tenant_id, vector, k, flt) for i in range(self._dir.spec.scene_shards))
-        )
-        return merge(parts, k)
+        parts = await self._fan_out(SearchRequest(principal.tenant_id, vector, k, self._scoped(principal, flt)))
+        return merge([dense for dense, _ in parts], k)
 
     # --------------------------------------------------------------- sessions
     async def open_session(self, principal: Principal, project_id: str) -> Session:

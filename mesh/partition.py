@@ -22,7 +22,7 @@ from mesh.errors import Conflict, NotFound, ValidationFailed
 from mesh.model import Cell, Layer, Scene, Vector
 from mesh.partition_index import SceneCentroidIndex, TenantCellIndex
 from mesh.pattern import duplicate_groups, pattern_of
-from mesh.query import NodeFilter
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.storage_cost import stored_bytes
 from mesh.summary import extractive_summary
 from mesh.tuning import RetrievalTuning, SceneTuning
@@ -229,6 +229,15 @@ class MemoryPartition:
         if tenant is None or not query:
             return []
         return [(self.cells[cid], score) for cid, score in tenant.lexical_search(query, k, flt, tuning)]
+
+    def answer(self, request: SearchRequest) -> SearchAnswer:
+        """One request's candidates: the dense list, and with terms the BM25 list with each cell's cosine."""
+        dense = self.search(request.tenant_id, request.vector, request.k, request.flt)
+        if request.terms is None:
+            return dense, []
+        lexical = self.lexical_search(request.tenant_id, list(request.terms), request.k, request.flt, request.tuning)
+        cosines = self.similarity(request.tenant_id, [cell for cell, _ in lexical], request.vector)
+        return dense, [(cell, bm25, cos) for (cell, bm25), cos in zip(lexical, cosines, strict=True)]
 
     def similarity(self, tenant_id: str, cells: list[Cell], query: Vector) -> list[float]:
         """Cosine of ``query`` with each of the tenant's ``cells`` (held here)."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from mesh.model import Cell, CellType, Layer
-from mesh.tuning import RecallTuning
+from mesh.model import Cell, CellType, Layer, Vector
+from mesh.tuning import RecallTuning, RetrievalTuning
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,23 @@ class NodeFilter:
     layer: Layer | None = None
     project_ids: frozenset[str] | None = None
     include_superseded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchRequest:
+    """One request's search of one partition: the ``k`` nearest cells of ``tenant_id`` passing ``flt``, and
+    with ``terms`` (a hybrid ranking) also the ``k`` best by BM25 of those terms."""
+
+    tenant_id: str
+    vector: Vector
+    k: int
+    flt: NodeFilter
+    terms: tuple[str, ...] | None = None
+    tuning: RetrievalTuning = field(default_factory=RetrievalTuning)
+
+
+# (dense, lexical): ``(cell, cosine)`` nearest first, and ``(cell, bm25, cosine)`` best BM25 first (empty for dense)
+SearchAnswer = tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]
 
 
 def recall_score(similarity: float, cell: Cell, now: datetime, tuning: RecallTuning) -> float:

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from mesh.audit import AuditRow
 from mesh.erasure import JournalEntry, Selector, ShardErasePlan
+from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
-from mesh.query import NodeFilter
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.sharding import shard_for
-from mesh.tuning import RetrievalTuning
 from mesh.walk import Candidate, NeighbourRequest
 
 Neighbours = list[dict[str, list[Candidate]]]
@@ -75,9 +75,7 @@ class SceneShardActor(Actor, Reembedding, Protocol):
 
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]: ...
 
-    async def search_hybrid(
-        self, tenant_id: str, query: Vector, terms: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning
-    ) -> tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]: ...
+    async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]: ...
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
 

@@ -15,7 +15,7 @@ from tests.unit.helpers import T0, cell, direction, uid
 
 
 def test_rendered_nodes_equal_the_models_json() -> None:
-    plain = cell(direction(1, 384), content="déjà vu \u2028 \"quoted\" \n emoji \U0001f600", salience=0.1234567891)
+    plain = cell(direction(1, 384), content='déjà vu \u2028 "quoted" \n emoji \U0001f600', salience=0.1234567891)
     odd = replace(
         cell(direction(2, 384), cell_type=CellType.PATTERN, layer=Layer.L1, scene_id=uid("5")),
         created_at=T0 + timedelta(microseconds=7),
