@@ -44,8 +44,11 @@ SECTION = "concurrency"
 CLIENTS = (1, 8, 32)
 
 
-async def concurrent_recalls(server: MemeshServer, key: str, questions: list[str], clients: int) -> Run:
-    """Every question once, from ``clients`` loops on keep-alive connections."""
+async def concurrent_recalls(
+    server: MemeshServer, key: str, questions: list[str], clients: int, ranking: str | None = None
+) -> Run:
+    """Every question once, from ``clients`` loops on keep-alive connections (``ranking`` sent when given)."""
+    body_extra = {} if ranking is None else {"ranking": ranking}
     queue: asyncio.Queue[str] = asyncio.Queue()
     for text in questions:
         queue.put_nowait(text)
@@ -58,7 +61,7 @@ async def concurrent_recalls(server: MemeshServer, key: str, questions: list[str
             except asyncio.QueueEmpty:
                 return
             t0 = time.perf_counter()
-            response = await client.post("/v1/recall", json={"text": text, "k": 10}, headers=JSON_HEADERS)
+            response = await client.post("/v1/recall", json={"text": text, "k": 10, **body_extra}, headers=JSON_HEADERS)
             latencies.append(time.perf_counter() - t0)
             if response.status_code != 200:
                 raise RuntimeError(f"recall answered {response.status_code}: {response.text[:300]}")
@@ -99,15 +102,23 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=400, help="recalls and writes per run")
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx"])
+    parser.add_argument("--rankings", default="hybrid,dense", help="recall rankings to run, in order (comma-separated)")
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
     args = parser.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
+    rankings = [r for r in args.rankings.split(",") if r]
     from head.embedding import make_engine
 
-    banner(f"recall and single writes under concurrency (minilm, {args.cells} cells, {args.requests} requests a run)")
+    banner(
+        f"recall and single writes under concurrency ({args.engine}, {args.cells} cells, {args.requests} requests a run, "
+        f"recall rankings {rankings}, server env {env})"
+    )
     report = Report()
     gen = SentenceGen(SEED)
-    engine = make_engine("minilm")
+    engine = make_engine(args.engine)
     engine.encode(["load the model"])
-    with MemeshServer("minilm") as server:
+    with MemeshServer(args.engine, env=env) as server:
         key = server.issue_key(name="bench-concurrency")
         model = model_rate(engine, gen, replace(QUICK, model_batches=12, model_singles=60))
         report.add(SECTION, "model, batches of 64", model.batched, "texts/s")
@@ -115,15 +126,17 @@ def main() -> None:
         asyncio.run(concurrent_writes(server, key, gen, 4, max(1, args.cells // BATCH), BATCH))  # the corpus
         server.settle(600.0)
         asyncio.run(concurrent_recalls(server, key, gen.many(20), 4))  # warm-up
-        for clients in CLIENTS:
-            snap, load = server.cpu(), loadavg()
-            with profiled(server, args.profile if clients == 8 else None, "recall-8"):
-                recall = asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), clients))
-            print(f"    {cpu_line(server.cpu().since(snap), args.requests)}; load {load:.1f}", flush=True)
-            p50, p99 = (percentile(recall.latencies, p) * 1000 for p in (50, 99))
-            report.add(SECTION, f"recall, {clients} clients", recall.rate, "req/s", "model batched", model.batched)
-            report.add(SECTION, f"recall, {clients} clients, p50", p50, "ms")
-            report.add(SECTION, f"recall, {clients} clients, p99", p99, "ms")
+        for ranking in rankings:
+            for clients in CLIENTS:
+                snap, load = server.cpu(), loadavg()
+                with profiled(server, args.profile if clients == 8 else None, f"recall-{ranking}-8"):
+                    recall = asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), clients, ranking))
+                print(f"    {ranking}: {cpu_line(server.cpu().since(snap), args.requests)}; load {load:.1f}", flush=True)
+                p50, p99 = (percentile(recall.latencies, p) * 1000 for p in (50, 99))
+                name = f"recall {ranking}, {clients} clients"
+                report.add(SECTION, name, recall.rate, "req/s", "model batched", model.batched)
+                report.add(SECTION, f"{name}, p50", p50, "ms")
+                report.add(SECTION, f"{name}, p99", p99, "ms")
         for clients in CLIENTS:
             snap = server.cpu()
             with profiled(server, args.profile if clients == 8 else None, "write-8"):
