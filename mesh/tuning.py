@@ -77,8 +77,8 @@ class RetrievalTuning:
     """
 
     ranking: Ranking = Ranking.HYBRID
-    rrf_k: int = 60
+    rrf_k: int = 10
     w_dense: float = 1.0
-    w_lexical: float = 1.0
+    w_lexical: float = 0.25
     bm25_k1: float = 1.2
     bm25_b: float = 0.75

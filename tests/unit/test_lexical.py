@@ -75,11 +75,14 @@ def test_fusion_rewards_agreement_and_keeps_dense_order_alone() -> None:
     a, b, c = (cell(direction(i, DIMS)) for i in range(3))
     dense = [(a, 0.9), (b, 0.8), (c, 0.7)]
     assert [x.id for x, _, _ in fuse(dense, [], TUNING)] == [a.id, b.id, c.id]
-    fused = fuse(dense, [(c, 0.7), (b, 0.8)], TUNING)
+    textbook = RetrievalTuning(rrf_k=60, w_lexical=1.0)  # Cormack et al.'s constant, equal weights
+    fused = fuse(dense, [(c, 0.7), (b, 0.8)], textbook)
     assert [x.id for x, _, _ in fused] == [c.id, b.id, a.id]  # found by both beats first in one list only
     assert fused[0][2] < 1.0 and fused[0][1] == 0.7  # relevance below the maximum; the cosine is carried along
     top = fuse([(a, 0.9)], [(a, 0.9)], TUNING)
     assert top[0][2] == 1.0
+    light = fuse(dense, [(c, 0.7), (b, 0.8)], TUNING)  # the default: the lexical list weighs a quarter
+    assert [x.id for x, _, _ in light] == [b.id, c.id, a.id]
 
 
 def test_partition_lexical_search_honours_filters_tombstones_and_erase() -> None:
