@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from head.private_files import fsync_directory
 from mesh.errors import ConfigInvalid
 
 Matrix = npt.NDArray[np.float32]
@@ -155,11 +156,7 @@ def _write_exported(model: Path, path: Path) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    fsync_directory(path.parent)
     log.info("exported all-MiniLM-L6-v2 to ONNX at %s in %.1f s", path, time.monotonic() - started)
 
 

@@ -38,11 +38,16 @@ def write_private_file(path: Path, text: str) -> None:
         os.link(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the entries of ``directory`` (a file created or renamed in it) durable."""
+    handle = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(handle)
     finally:
-        os.close(directory)
+        os.close(handle)
 
 
 def load_or_create_key(path: Path, generate: Callable[[], K], load: Callable[[Any], K], dump: Callable[[K], Any]) -> K:
