@@ -32,7 +32,7 @@ from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, Val
 from mesh.fusion import fuse, merge, merge_lexical
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
-from mesh.lexical import terms
+from mesh.lexical import query_terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest, rerank_for_recall
 from mesh.seam import Directory
@@ -273,7 +273,7 @@ class MemoryService:
         """The query's BM25 terms when it ranks hybrid and has any; None means dense only."""
         if (ranking or self._retrieval.ranking) is Ranking.DENSE or text is None:
             return None
-        return terms(text) or None
+        return query_terms(text) or None
 
     async def _candidates(
         self, principal: Principal, query_terms: list[str] | None, vector: Vector, pool: int, flt: NodeFilter

@@ -38,6 +38,7 @@ import numpy.typing as npt
 from mesh.vector_index import BoolMask
 
 MAX_TERMS = 2_048  # terms indexed per text (a cell is at most limits.max_text_chars)
+MAX_QUERY_TERMS = 64  # distinct terms a query scores with: each costs a pass over its postings
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -69,6 +70,20 @@ def terms(text: str) -> list[str]:
             out.append(term)
             if len(out) == MAX_TERMS:
                 break
+    return out
+
+
+def query_terms(text: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """The terms a query scores with: those of its first ``limit`` distinct terms, repeats kept (a
+    repeated word weighs more). Bounds a query's cost whatever its length."""
+    kept: dict[str, None] = {}
+    out: list[str] = []
+    for term in terms(text):
+        if term not in kept:
+            if len(kept) == limit:
+                continue
+            kept[term] = None
+        out.append(term)
     return out
 
 

@@ -416,3 +416,17 @@ async def test_the_default_ranking_is_a_setting(make_core: Callable[..., Memesh]
         assert asked.json()[0]["id"] != lunch
     finally:
         await memesh.close()
+
+
+async def test_a_query_of_thousands_of_distinct_words_is_answered(api: Api) -> None:
+    """The longest text, every word distinct: the lexical side scores its first 64 terms, so it costs what a
+    short query does, and the answer is an ordinary 200."""
+    key = await api.key()
+    words = [f"k{i}z" for i in range(2_000)]
+    cells = [cell(" ".join(words[i : i + 40])) for i in range(0, 2_000, 40)]
+    assert (await api.send("POST", "/v1/cells:batch", key, {"cells": cells})).status_code == 201
+    text = " ".join(words)[:8_192]
+    for path in ("/v1/query", "/v1/recall"):
+        reply = await api.send("POST", path, key, {"text": text, "k": 1_000})
+        assert reply.status_code == 200, reply.text
+        assert len(reply.json()) == len(cells)

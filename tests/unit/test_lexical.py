@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from mesh.fusion import fuse
-from mesh.lexical import LexicalIndex, terms
+from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, query_terms, terms
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import RetrievalTuning, SceneTuning
@@ -98,3 +98,11 @@ def test_partition_lexical_search_honours_filters_tombstones_and_erase() -> None
     p.erase([kept.id])
     assert p.lexical_search("t1", terms("zebra budget"), 10, NodeFilter(), TUNING) == []
     assert p.lexical_search("t1", terms("zebra"), 10, NodeFilter(tenant_id="t2"), TUNING) == []
+
+
+def test_a_query_scores_with_its_first_distinct_terms_only() -> None:
+    words = [f"w{i}x" for i in range(5 * MAX_QUERY_TERMS)]
+    asked = query_terms(" ".join(words + words[:3]))  # repeats of kept terms still count
+    assert len(set(asked)) == MAX_QUERY_TERMS
+    assert asked[:MAX_QUERY_TERMS] == terms(" ".join(words[:MAX_QUERY_TERMS]))
+    assert asked[MAX_QUERY_TERMS:] == terms(" ".join(words[:3]))
