@@ -40,14 +40,15 @@ from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.walk_queue import WalkQueue
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
-from mesh.errors import MemeshError
+from mesh.errors import MemeshError, RateLimited
 from mesh.ids import IdSource
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
+from mesh.neighbours import neighbour_scenes
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
-from mesh.walk import Candidate, NeighbourRequest, NodeKind
+from mesh.walk import Candidate, NeighbourRequest
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ class ShardConfig:
     tuning: SceneTuning
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
+    max_walk_backlog: int = 100_000  # walks waiting past which new writes are refused (429), until they drain
 
 
 Record = Cell | Scene
@@ -145,13 +147,26 @@ class SceneShard:
         return partition.usage(tenant_id)
 
     async def check_write(self, cells: list[Cell]) -> None:
-        """Raise what ``write`` would raise for these cells' explicit scenes; changes nothing.
-        (A batch spanning shards is checked on every shard before any shard writes.)"""
+        """Raise what ``write`` would raise for these cells (their explicit scenes, the walk backlog); changes
+        nothing. (A batch spanning shards is checked on every shard before any shard writes.)"""
         partition = await self._ready()
+        self._admit()
         partition.check_scenes(cells)
 
-    async def write(self, cells: list[Cell], new_scene_ids: list[str]) -> list[Cell]:
+    def _admit(self) -> None:
+        """Refuse new writes while this shard's walk backlog is at its bound: writers slow to the rate walks
+        drain, so the backlog (and a restart's replay of it) stays bounded. Soft: writes admitted together
+        may pass it by one batch each."""
+        if self._walks.backlog >= self.config.max_walk_backlog:
+            raise RateLimited(f"scene shard {self.config.index} has {self._walks.backlog} walks waiting; retry shortly")
+
+    async def write(self, cells: list[Cell], new_scene_ids: list[str], admitted: bool = False) -> list[Cell]:
+        """Store ``cells`` (each joins or founds a scene), durably, then queue their walks. Unless
+        ``admitted`` (``check_write`` passed just before), refused with ``RateLimited`` before anything
+        changes while the walk backlog is at its bound."""
         partition = await self._ready()
+        if not admitted:
+            self._admit()
         outcome = partition.write(cells, new_scene_ids)
         # A retried write whose first attempt is still committing waits for that commit too.
         assert self._cells is not None
@@ -176,26 +191,7 @@ class SceneShard:
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
         """``neighbours`` for many walks at once: one matrix product per tenant."""
         partition = await self._ready()
-        answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
-        by_tenant: dict[str, list[int]] = {}
-        for n, request in enumerate(requests):
-            by_tenant.setdefault(request.tenant_id, []).append(n)
-        for tenant_id, members in by_tenant.items():
-            flat = [(n, fid, vec) for n in members for fid, vec in requests[n].queries]
-            if not flat:
-                continue
-            k = max(requests[n].k for n in members)
-            hits = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), k)
-            for (n, frontier_id, _), found in zip(flat, hits, strict=True):
-                request = requests[n]
-                found = found[: request.k]
-                centroids = [s.centroid for s, _ in found]
-                relevance = (np.stack(centroids) @ request.diff_vector).tolist() if centroids else []
-                answers[n][frontier_id] = [
-                    Candidate(s.id, NodeKind.SCENE, sim, rel, None, centroid)
-                    for (s, sim), rel, centroid in zip(found, relevance, centroids, strict=True)
-                ]
-        return answers
+        return neighbour_scenes(partition, requests)
 
     async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         partition = await self._ready()

@@ -77,6 +77,7 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
             tuning=settings.scenes.tuning(),
             propagation=propagation,
             walk_batch=prop.walk_batch,
+            max_walk_backlog=prop.max_walk_backlog,
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):

@@ -162,6 +162,7 @@ class PropagationSettings(_Section):
     max_hops: int = Field(16, ge=1, le=256)
     deliver_to_writer: bool = False
     walk_batch: int = Field(64, ge=1, le=4096)
+    max_walk_backlog: int = Field(100_000, ge=1)  # per scene shard; at it, writes to the shard get 429
     max_inflight_records: int = Field(64, ge=1)
 
     @model_validator(mode="after")

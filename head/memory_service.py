@@ -132,12 +132,13 @@ class MemoryService:
         by_shard: dict[int, list[int]] = defaultdict(list)
         for i, cell in enumerate(cells):
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(i)
-        explicit = {shard: [cells[i] for i in idx if cells[i].scene_id] for shard, idx in by_shard.items()}
-        if len(by_shard) > 1 and any(explicit.values()):  # every shard says yes before any shard writes
-            await asyncio.gather(*(self._dir.scene_shard(shard).check_write(named) for shard, named in explicit.items() if named))
+        spans = len(by_shard) > 1
+        if spans:  # every shard says yes (explicit scenes, walk backlog) before any shard writes
+            explicit = {shard: [cells[i] for i in idx if cells[i].scene_id] for shard, idx in by_shard.items()}
+            await asyncio.gather(*(self._dir.scene_shard(shard).check_write(named) for shard, named in explicit.items()))
         results = await asyncio.gather(
             *(
-                self._dir.scene_shard(shard).write([cells[i] for i in idx], self._ids.many(len(idx)))
+                self._dir.scene_shard(shard).write([cells[i] for i in idx], self._ids.many(len(idx)), admitted=spans)
                 for shard, idx in by_shard.items()
             )
         )

@@ -236,3 +236,54 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
     assert page.cursor == 1 and len(calls) == 2
     stored = (await shard._cursors.rows.read_all()).to_pylist()
     assert {"id": listener.agent_id, "cursor": 1} in stored
+
+
+async def test_writes_wait_while_a_shards_walk_backlog_is_at_its_bound(make_core: Callable[..., Memesh]) -> None:
+    """A batch leaves 60 walks queued (walked one at a time); past the bound of 10 the next write is a 429 with
+    Retry-After that stores nothing; once the walks drain, writes go through again and every walk ran."""
+    core = make_core(propagation={"walk_batch": 1, "max_walk_backlog": 10}, ray={"scene_shards": 1})
+    try:
+        api = Api(core)
+        key = (await agent(core))[1]
+        many = {"cells": [{"content": f"runbook step {i} for the deploy", "cell_type": "Fact"} for i in range(60)]}
+        assert (await api.send("POST", "/v1/cells:batch", key, many)).status_code == 201
+        refused = await api.send("POST", "/v1/cells", key, {"content": "one more", "cell_type": "Fact"})
+        assert_error(refused, 429, "rate_limited")
+        assert refused.headers["retry-after"] == "1"
+        await settle(core)
+        health = await core.health()
+        assert health["walk_backlog"] == 0 and health["cells"] == 60  # the refused write stored nothing
+        found = await api.send("POST", "/v1/query", key, {"text": "one more", "k": 100, "ranking": "dense"})
+        assert "one more" not in [n["content"] for n in found.json()] and len(found.json()) == 60
+        assert (await api.send("POST", "/v1/cells", key, {"content": "one more", "cell_type": "Fact"})).status_code == 201
+        assert (await core.health())["cells"] == 61
+    finally:
+        await core.close()
+
+
+async def test_a_batch_across_shards_is_refused_whole_when_one_shard_is_at_its_bound(
+    make_core: Callable[..., Memesh],
+) -> None:
+    from mesh.sharding import partition_key, shard_for
+
+    core = make_core(propagation={"walk_batch": 1, "max_walk_backlog": 10}, ray={"scene_shards": 2})
+    try:
+        api = Api(core)
+        _, key = await agent(core)
+        projects = [f"p{i}" for i in range(20)]
+        busy = projects[0]
+        calm = next(p for p in projects if shard_for(partition_key("t1", p), 2) != shard_for(partition_key("t1", busy), 2))
+        many = {"cells": [{"content": f"note {i}", "cell_type": "Fact", "project_id": busy} for i in range(60)]}
+        assert (await api.send("POST", "/v1/cells:batch", key, many)).status_code == 201
+        both = {
+            "cells": [
+                {"content": "calm side", "cell_type": "Fact", "project_id": calm},
+                {"content": "busy side", "cell_type": "Fact", "project_id": busy},
+            ]
+        }
+        assert_error(await api.send("POST", "/v1/cells:batch", key, both), 429, "rate_limited")
+        await settle(core)
+        assert (await core.health())["cells"] == 60  # neither side of the refused batch was stored
+        assert (await api.send("POST", "/v1/cells:batch", key, both)).status_code == 201
+    finally:
+        await core.close()
