@@ -33,6 +33,9 @@ from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 
+YIELD_EVERY = 8  # walks advanced between two turns of the event loop
+
+
 @dataclass(frozen=True, slots=True)
 class PropagationConfig:
     policy: EnergyPolicy = field(default_factory=EnergyPolicy)
@@ -103,6 +106,8 @@ class Propagator:
             parts = await asyncio.gather(*calls)
             for position, n in enumerate(active):
                 states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out))
+                if position % YIELD_EVERY == YIELD_EVERY - 1:
+                    await asyncio.sleep(0)  # searches queued on this actor run between walks, not after the wave
         return [
             WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
         ]
