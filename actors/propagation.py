@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,12 +28,13 @@ from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_member
 from mesh.model import Cell, Vector
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
-from mesh.walk import EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
+from mesh.walk import Candidate, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 
 YIELD_EVERY = 8  # walks advanced between two turns of the event loop
+LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[list[dict[str, list[Candidate]]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +67,14 @@ class WalkResult:
 
 
 class Propagator:
-    def __init__(self, config: PropagationConfig, directory: Callable[[], Directory]) -> None:
+    def __init__(
+        self, config: PropagationConfig, directory: Callable[[], Directory], local: tuple[int, LocalNeighbours] | None = None
+    ) -> None:
+        """``local``: the scene shard this propagator runs in (its index and its ``neighbours_many``), asked
+        directly instead of through the directory: the same answer without an actor call to itself."""
         self.config = config
         self._directory = directory
+        self._local = local
         self._inflight_records = 0
         self._dropped = 0
         self._background = Background("observatory record")
@@ -101,7 +107,7 @@ class Propagator:
                 )
                 for n in active
             ]
-            calls = [directory.scene_shard(i).neighbours_many(requests) for i in range(spec.scene_shards)]
+            calls = [self._scene_neighbours(directory, i, requests) for i in range(spec.scene_shards)]
             calls += [directory.beacon_set(i).neighbours_many(requests, now) for i in range(spec.beacon_sets)]
             parts = await asyncio.gather(*calls)
             for position, n in enumerate(active):
@@ -111,6 +117,13 @@ class Propagator:
         return [
             WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
         ]
+
+    def _scene_neighbours(
+        self, directory: Directory, shard: int, requests: list[NeighbourRequest]
+    ) -> Awaitable[list[dict[str, list[Candidate]]]]:
+        if self._local is not None and self._local[0] == shard:
+            return self._local[1](requests)
+        return directory.scene_shard(shard).neighbours_many(requests)
 
     async def propagate(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Update the writer's agent node, walk, deliver, and record the trace."""

@@ -76,7 +76,7 @@ class SceneShard:
         self._directory: Directory | None = None
         self._background = Background("scene shard commit")
         self._walks = WalkQueue(
-            Propagator(config.propagation, self._dir) if config.propagation else None,
+            Propagator(config.propagation, self._dir, (config.index, self.neighbours_many)) if config.propagation else None,
             config.walk_batch,
             lambda: self.partition,
             self._background,

@@ -30,8 +30,11 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         for (n, frontier_id, _), found in zip(flat, hits, strict=True):
             request = requests[n]
             found = found[: request.k]
-            centroids = [s.centroid for s, _ in found]
-            relevance = (np.stack(centroids) @ request.diff_vector).tolist() if centroids else []
+            if not found:
+                answers[n][frontier_id] = []
+                continue
+            centroids = np.stack([s.centroid for s, _ in found])  # a copy: a walk never shares the partition's arrays
+            relevance = (centroids @ request.diff_vector).tolist()
             answers[n][frontier_id] = [
                 Candidate(s.id, NodeKind.SCENE, sim, rel, None, centroid)
                 for (s, sim), rel, centroid in zip(found, relevance, centroids, strict=True)
