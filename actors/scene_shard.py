@@ -45,7 +45,7 @@ from mesh.ids import IdSource
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.neighbours import neighbour_scenes
 from mesh.partition import MemoryPartition
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest
+from mesh.query import SearchAnswer, SearchRequest
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest
@@ -192,10 +192,6 @@ class SceneShard:
         """``neighbours`` for many walks at once: one matrix product per tenant."""
         partition = await self._ready()
         return neighbour_scenes(partition, requests)
-
-    async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
-        partition = await self._ready()
-        return partition.search(tenant_id, query, k, flt)
 
     async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
         """Each request's answer, in order, as if asked alone (a refusal is returned in its place)."""

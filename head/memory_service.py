@@ -29,7 +29,7 @@ from head.embedding import Embedder
 from head.search_batches import SearchBatches
 from head.usage import UsageLedger
 from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
-from mesh.fusion import fuse, merge, merge_lexical
+from mesh.fusion import fuse, merge
 from mesh.identity import Principal, require_writer
 from mesh.ids import Clock, IdSource
 from mesh.lexical import query_terms
@@ -287,7 +287,7 @@ class MemoryService:
             SearchRequest(principal.tenant_id, vector, pool, self._scoped(principal, flt), tuple(query_terms), self._retrieval)
         )
         dense = merge([part[0] for part in parts], pool)
-        lexical = [(cell, cos) for cell, _, cos in merge_lexical([part[1] for part in parts], pool)]
+        lexical = [(cell, cos) for cell, _, cos in merge([part[1] for part in parts], pool)]
         return fuse(dense, lexical, self._retrieval)
 
     async def _fan_out(self, request: SearchRequest) -> list[SearchAnswer]:

@@ -12,21 +12,18 @@ dense list alone (no lexical candidates) fuses to the dense order.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from mesh.model import Cell
 from mesh.tuning import RetrievalTuning
 
 Hits = list[tuple[Cell, float]]
+H = TypeVar("H", bound=tuple[Any, ...])
 
 
-def merge(parts: list[Hits], k: int) -> Hits:
-    """Per-partition lists (each best first) merged into the ``k`` best overall: score, then id."""
-    merged = [hit for part in parts for hit in part]
-    merged.sort(key=lambda h: (-h[1], h[0].id))
-    return merged[:k]
-
-
-def merge_lexical(parts: list[list[tuple[Cell, float, float]]], k: int) -> list[tuple[Cell, float, float]]:
-    """Per-partition ``(cell, bm25, cosine)`` lists merged into the ``k`` best overall: BM25, then id."""
+def merge(parts: list[list[H]], k: int) -> list[H]:
+    """Per-partition lists of ``(cell, score, ...)`` (each best first) merged into the ``k`` best overall:
+    score, then id."""
     merged = [hit for part in parts for hit in part]
     merged.sort(key=lambda h: (-h[1], h[0].id))
     return merged[:k]

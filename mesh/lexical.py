@@ -39,6 +39,7 @@ from mesh.vector_index import BoolMask
 
 MAX_TERMS = 2_048  # terms indexed per text (a cell is at most limits.max_text_chars)
 MAX_QUERY_TERMS = 64  # distinct terms a query scores with: each costs a pass over its postings
+MAX_WORD = 64  # characters of a word that count: longer words are cut (no stemmer shortens them anyway)
 _WORD = re.compile(r"[^\W_]+")
 
 
@@ -65,7 +66,8 @@ def terms(text: str) -> list[str]:
     """The index terms of ``text`` in order (repeats kept): words case-folded, stop words dropped, stemmed."""
     out: list[str] = []
     for match in _WORD.finditer(text.casefold()):
-        term = _stem(match.group())
+        word = match.group()
+        term = _stem(word) if len(word) <= MAX_WORD else word[:MAX_WORD]  # the memo never holds a huge word
         if term is not None:
             out.append(term)
             if len(out) == MAX_TERMS:

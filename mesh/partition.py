@@ -231,20 +231,18 @@ class MemoryPartition:
         return [(self.cells[cid], score) for cid, score in tenant.lexical_search(query, k, flt, tuning)]
 
     def answer(self, request: SearchRequest) -> SearchAnswer:
-        """One request's candidates: the dense list, and with terms the BM25 list with each cell's cosine."""
-        dense = self.search(request.tenant_id, request.vector, request.k, request.flt)
-        if request.terms is None:
+        """One request's candidates: the dense list, and with terms the BM25 list with each cell's cosine
+        (one filter mask for both)."""
+        flt, tenant = request.flt, self._tenants.get(request.tenant_id)
+        if tenant is None or (flt.tenant_id is not None and flt.tenant_id != request.tenant_id):
+            return [], []
+        mask = tenant.mask(flt)
+        dense = [(self.cells[cid], sim) for cid, sim in tenant.index.search(request.vector, request.k, mask)]
+        if not request.terms:
             return dense, []
-        lexical = self.lexical_search(request.tenant_id, list(request.terms), request.k, request.flt, request.tuning)
-        cosines = self.similarity(request.tenant_id, [cell for cell, _ in lexical], request.vector)
-        return dense, [(cell, bm25, cos) for (cell, bm25), cos in zip(lexical, cosines, strict=True)]
-
-    def similarity(self, tenant_id: str, cells: list[Cell], query: Vector) -> list[float]:
-        """Cosine of ``query`` with each of the tenant's ``cells`` (held here)."""
-        tenant = self._tenants.get(tenant_id)
-        if tenant is None or not cells:
-            return [0.0] * len(cells)
-        return [float(s) for s in tenant.index.similarity([c.id for c in cells], query)]
+        lexical = tenant.lexical_search(list(request.terms), request.k, flt, request.tuning, mask)
+        cosines = tenant.index.similarity([cid for cid, _ in lexical], request.vector)
+        return dense, [(self.cells[cid], bm25, float(cos)) for (cid, bm25), cos in zip(lexical, cosines, strict=True)]
 
     def scene(self, tenant_id: str, scene_id: str) -> Scene:
         """The scene with a fresh summary; absent and out-of-tenant are the same NotFound."""

@@ -75,10 +75,13 @@ class TenantCellIndex:
             self.lexical.remove(self.index.row_of(cell.id), cell.content)
         self.index.erase(cell.id)
 
-    def lexical_search(self, query: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning) -> list[tuple[str, float]]:
-        """The ``k`` live rows passing ``flt`` with the highest positive BM25 for ``query`` terms, best first."""
+    def lexical_search(
+        self, query: list[str], k: int, flt: NodeFilter, tuning: RetrievalTuning, mask: BoolMask | None = None
+    ) -> list[tuple[str, float]]:
+        """The ``k`` live rows passing ``flt`` (or ``mask``, its mask when the caller has it already) with the
+        highest positive BM25 for ``query`` terms, best first."""
         live = self.index.live()
-        allowed = live & self.mask(flt)
+        allowed = live & (self.mask(flt) if mask is None else mask)
         scores = self.lexical.scores(query, live, allowed, tuning.bm25_k1, tuning.bm25_b)
         return self.index.top(scores, k)
 

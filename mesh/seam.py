@@ -26,7 +26,7 @@ from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest
+from mesh.query import SearchAnswer, SearchRequest
 from mesh.sharding import shard_for
 from mesh.walk import Candidate, NeighbourRequest
 
@@ -72,8 +72,6 @@ class SceneShardActor(Actor, Reembedding, Protocol):
     async def settle(self, timeout_s: float = 30.0) -> int: ...
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> Neighbours: ...
-
-    async def search(self, tenant_id: str, query: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]: ...
 
     async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]: ...
 

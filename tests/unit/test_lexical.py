@@ -106,3 +106,12 @@ def test_a_query_scores_with_its_first_distinct_terms_only() -> None:
     assert len(set(asked)) == MAX_QUERY_TERMS
     assert asked[:MAX_QUERY_TERMS] == terms(" ".join(words[:MAX_QUERY_TERMS]))
     assert asked[MAX_QUERY_TERMS:] == terms(" ".join(words[:3]))
+
+
+def test_a_huge_word_is_cut_and_never_memoised_whole() -> None:
+    from mesh.lexical import MAX_WORD, _stem
+
+    before = _stem.cache_info().currsize
+    huge = "q" * 50_000
+    assert terms(f"{huge} dogs") == ["q" * MAX_WORD, "dog"]
+    assert _stem.cache_info().currsize <= before + 1  # "dogs" at most; the huge word never enters the memo
