@@ -146,27 +146,33 @@ class SceneShard:
         partition = await self._ready()
         return partition.usage(tenant_id)
 
-    async def check_write(self, cells: list[Cell]) -> None:
-        """Raise what ``write`` would raise for these cells (their explicit scenes, the walk backlog); changes
-        nothing. (A batch spanning shards is checked on every shard before any shard writes.)"""
+    async def check_write(self, tenant_id: str, cells: list[Cell]) -> None:
+        """Raise what ``write`` would raise for a write of ``tenant_id`` with these explicit-scene cells (their
+        scenes, the walk backlog); changes nothing. (A batch spanning shards is checked on every shard
+        before any shard writes.)"""
         partition = await self._ready()
-        self._admit()
+        self._admit(tenant_id)
         partition.check_scenes(cells)
 
-    def _admit(self) -> None:
-        """Refuse new writes while this shard's walk backlog is at its bound: writers slow to the rate walks
-        drain, so the backlog (and a restart's replay of it) stays bounded. Soft: writes admitted together
-        may pass it by one batch each."""
-        if self._walks.backlog >= self.config.max_walk_backlog:
-            raise RateLimited(f"scene shard {self.config.index} has {self._walks.backlog} walks waiting; retry shortly")
+    def _admit(self, tenant_id: str) -> None:
+        """Refuse a tenant's new writes while this shard's walk backlog is at its bound and the tenant holds
+        at least an equal share of it (so a flooding tenant waits, not the others), and everyone's at twice
+        the bound. Writers slow to the rate walks drain, so the backlog (and a restart's replay of it) stays
+        bounded. Soft: writes admitted together may pass it by one batch each."""
+        backlog, bound = self._walks.backlog, self.config.max_walk_backlog
+        if backlog < bound:
+            return
+        mine, tenants = self._walks.share(tenant_id)
+        if backlog >= 2 * bound or mine * tenants >= backlog:
+            raise RateLimited(f"scene shard {self.config.index} has {backlog} walks waiting; retry shortly")
 
     async def write(self, cells: list[Cell], new_scene_ids: list[str], admitted: bool = False) -> list[Cell]:
         """Store ``cells`` (each joins or founds a scene), durably, then queue their walks. Unless
         ``admitted`` (``check_write`` passed just before), refused with ``RateLimited`` before anything
         changes while the walk backlog is at its bound."""
         partition = await self._ready()
-        if not admitted:
-            self._admit()
+        if not admitted and cells:
+            self._admit(cells[0].tenant_id)  # a request writes for one tenant
         outcome = partition.write(cells, new_scene_ids)
         # A retried write whose first attempt is still committing waits for that commit too.
         assert self._cells is not None

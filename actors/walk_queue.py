@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
-from collections.abc import Callable, Collection
+from collections import Counter, deque
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -49,6 +49,7 @@ class WalkQueue:
         self._background = background
         self._optimize_every = optimize_every
         self._queue: deque[Cell] = deque()
+        self._queued_by_tenant: Counter[str] = Counter()  # the queue's cells per tenant (what admission weighs)
         self._replayed: set[str] = set()
         self._walker: asyncio.Task[None] | None = None
         self._walking: frozenset[str] = frozenset()  # the cells of the batch being walked now
@@ -61,6 +62,16 @@ class WalkQueue:
     @property
     def backlog(self) -> int:
         return len(self._queue)
+
+    def share(self, tenant_id: str) -> tuple[int, int]:
+        """(walks queued for ``tenant_id``, tenants with walks queued)."""
+        return self._queued_by_tenant[tenant_id], len(self._queued_by_tenant)
+
+    def _counted(self, cells: Iterable[Cell], sign: int) -> None:
+        for cell in cells:
+            self._queued_by_tenant[cell.tenant_id] += sign
+            if self._queued_by_tenant[cell.tenant_id] <= 0:
+                del self._queued_by_tenant[cell.tenant_id]
 
     async def load(self, table: RowTable, cells: list[Cell]) -> None:
         """Read which walks finished; queue the replay of the live ``cells`` whose walk did not."""
@@ -78,6 +89,7 @@ class WalkQueue:
         if not cells:
             return
         self._queue.extend(cells)
+        self._counted(cells, +1)
         if self._walker is None or self._walker.done():
             self._walker = asyncio.get_running_loop().create_task(self._walk_loop())
 
@@ -102,7 +114,9 @@ class WalkQueue:
     async def quiesce(self, cell_ids: frozenset[str]) -> None:
         """No walk of ``cell_ids`` is queued or running when this returns (they start none again)."""
         self._doomed |= cell_ids
+        dropped = [c for c in self._queue if c.id in cell_ids]
         self._queue = deque(c for c in self._queue if c.id not in cell_ids)
+        self._counted(dropped, -1)
         async with self._turn:
             await self._turn.wait_for(lambda: not (self._walking & cell_ids))
 
@@ -126,6 +140,7 @@ class WalkQueue:
         """Drain the queue in batches; a failed batch is retried, then left for the next restart's replay."""
         while self._queue:
             batch = [self._queue.popleft() for _ in range(min(len(self._queue), self._batch))]
+            self._counted(batch, -1)
             self._walking = frozenset(c.id for c in batch)
             try:
                 await self._walk_batch(batch)

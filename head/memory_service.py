@@ -135,7 +135,9 @@ class MemoryService:
         spans = len(by_shard) > 1
         if spans:  # every shard says yes (explicit scenes, walk backlog) before any shard writes
             explicit = {shard: [cells[i] for i in idx if cells[i].scene_id] for shard, idx in by_shard.items()}
-            await asyncio.gather(*(self._dir.scene_shard(shard).check_write(named) for shard, named in explicit.items()))
+            await asyncio.gather(
+                *(self._dir.scene_shard(shard).check_write(principal.tenant_id, named) for shard, named in explicit.items())
+            )
         results = await asyncio.gather(
             *(
                 self._dir.scene_shard(shard).write([cells[i] for i in idx], self._ids.many(len(idx)), admitted=spans)

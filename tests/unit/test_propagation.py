@@ -287,3 +287,25 @@ async def test_a_batch_across_shards_is_refused_whole_when_one_shard_is_at_its_b
         assert (await api.send("POST", "/v1/cells:batch", key, both)).status_code == 201
     finally:
         await core.close()
+
+
+async def test_a_tenant_flooding_the_walk_backlog_waits_and_another_tenant_does_not(
+    make_core: Callable[..., Memesh],
+) -> None:
+    """The bound weighs shares: past it, the tenant holding the backlog is refused, one with nothing queued
+    still writes (until twice the bound, which refuses everyone)."""
+    core = make_core(propagation={"walk_batch": 1, "max_walk_backlog": 100}, ray={"scene_shards": 1})
+    try:
+        api = Api(core)
+        _, flooder = await agent(core, tenant="t-flood")
+        _, quiet = await agent(core, tenant="t-quiet")
+        many = {"cells": [{"content": f"runbook step {i}", "cell_type": "Fact"} for i in range(150)]}
+        assert (await api.send("POST", "/v1/cells:batch", flooder, many)).status_code == 201
+        one_more = {"content": "one more", "cell_type": "Fact"}
+        assert_error(await api.send("POST", "/v1/cells", flooder, one_more), 429, "rate_limited")
+        mine = {"content": "my one note", "cell_type": "Fact"}
+        assert (await api.send("POST", "/v1/cells", quiet, mine)).status_code == 201
+        await settle(core)
+        assert (await core.health())["cells"] == 151
+    finally:
+        await core.close()
