@@ -269,8 +269,11 @@ class MemoryService:
         return [(replace(cell, last_accessed=max(cell.last_accessed, now)), similarity[cell.id]) for cell in ranked]
 
     def _pool(self, k: int) -> int:
-        """How many candidates each ranking contributes before fusing or re-ranking."""
-        return max(k * self._recall.candidates_factor, self._recall.min_candidates)
+        """How many candidates each ranking contributes before fusing or re-ranking: ``candidates_factor``
+        times ``k``, at least ``min_candidates``, at most ``max(k, limits.max_k)`` (what one request may
+        make a shard send back stays bounded whatever ``k``)."""
+        wanted = max(k * self._recall.candidates_factor, self._recall.min_candidates)
+        return min(wanted, max(k, self._limits.max_k))
 
     def _lexical_terms(self, text: str | None, ranking: Ranking | None) -> list[str] | None:
         """The query's BM25 terms when it ranks hybrid and has any; None means dense only."""
