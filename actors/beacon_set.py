@@ -17,6 +17,10 @@ Guarantees:
   few observations, never a beacon).
 - ``neighbours`` answers for one tenant only, never returns a removed or
   expired beacon, and leaves out the writer's own nodes when asked.
+- Every leaf keeps its standing statistics (``mesh.standing``): folded from
+  the diffs of a batch's first wave marked ``observe``, before that wave is
+  answered; soft state like agent nodes (committed with them, a crash may lose
+  the last few writes' worth, and a node starts from the prior).
 - Erase steps (``erase``, ``set_agent_sums``) are idempotent and leave no byte
   of an erased beacon or of an old agent-node sum in the data files.
 """
@@ -27,19 +31,21 @@ import logging
 import math
 import os
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from actors.chores import Background, LoadOnce, Periodic
 from actors.codecs import agent_nodes_from_arrow, agent_nodes_to_arrow, beacons_from_arrow, beacons_to_arrow
 from actors.group_commit import GroupCommitter
-from actors.schemas import agent_node_schema, beacon_schema
+from actors.schemas import STANDING_SCHEMA, agent_node_schema, beacon_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
+from mesh.standing import LeafStandings, StandingPrior
 from mesh.storage_cost import stored_bytes
 from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
@@ -54,13 +60,16 @@ class BeaconSetConfig:
     index: int
     dims: int
     sweep_interval_s: float = 60.0  # how often expired beacons are purged (0: only at place)
+    prior: StandingPrior = field(default_factory=StandingPrior)
+    standing_commit_s: float = 10.0  # how often folded leaf statistics are committed (0: only at close)
 
 
 class _TenantNodes:
     """A tenant's beacons and agent nodes in one index, with who owns each row and when it expires."""
 
-    def __init__(self, dims: int) -> None:
+    def __init__(self, dims: int, prior: StandingPrior) -> None:
         self.index = VectorIndex(dims)
+        self.standings = LeafStandings(prior)
         self.expires = np.full(256, np.inf, dtype=np.float64)  # epoch seconds, row-aligned; inf: never
         self.kind: dict[str, NodeKind] = {}
         self.agent: dict[str, str] = {}
@@ -68,7 +77,10 @@ class _TenantNodes:
         self.dead = 0
 
     def put(self, node_id: str, vector: Vector, live: bool, kind: NodeKind, agent_id: str, expires: float = math.inf) -> None:
+        new = node_id not in self.index
         row = self.index.upsert(node_id, vector, live=live)
+        if new:
+            self.standings.reset(row)
         if row >= self.expires.shape[0]:
             grown = np.full(self.expires.shape[0] * 2, np.inf, dtype=np.float64)
             grown[: self.expires.shape[0]] = self.expires
@@ -116,6 +128,10 @@ class BeaconSet:
         self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(self._flush_beacons, window, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024)
         self._sweeper = Periodic("expired-beacon sweep", self.sweep, config.sweep_interval_s)
+        self._standing_table: KeyedTable | None = None
+        self._folded: set[str] = set()  # tenants whose leaf statistics changed since their last commit
+        self._unfolded: set[str] = set()  # removed beacons whose statistics row goes at the next commit
+        self._standing_saver = Periodic("leaf statistics commit", self._commit_standings, config.standing_commit_s)
 
     async def _ready(self) -> None:
         await self._ready_once()
@@ -137,6 +153,12 @@ class BeaconSet:
         for node in nodes:
             if node.vector_sum.shape == (self.config.dims,):
                 self._put_agent(node)
+        self._standing_table = await store.keyed(f"{prefix}_standings", STANDING_SCHEMA, "id", identity="id")
+        for row in (await self._standing_table.load()).to_pylist():
+            held = self._tenants.get(row["tenant_id"])
+            if held is not None and row["id"] in held.kind:
+                held.standings.restore(held.index.row_of(row["id"]), row["count"], row["total"], row["total_sq"])
+        self._standing_saver.start()
         if stale:
             await self._beacon_commit.submit([(b, None) for b in stale])
         self._sweeper.start()
@@ -144,7 +166,7 @@ class BeaconSet:
     def _tenant(self, tenant_id: str) -> _TenantNodes:
         nodes = self._tenants.get(tenant_id)
         if nodes is None:
-            nodes = self._tenants[tenant_id] = _TenantNodes(self.config.dims)
+            nodes = self._tenants[tenant_id] = _TenantNodes(self.config.dims, self.config.prior)
         return nodes
 
     def _put_beacon(self, beacon: Beacon) -> None:
@@ -163,20 +185,26 @@ class BeaconSet:
         self._removed[beacon.id] = (beacon.tenant_id, beacon.agent_id)
         if len(recent) > REMEMBERED_REMOVALS:
             self._removed.pop(recent.popleft(), None)
+        self._unfolded.add(beacon.id)
         nodes = self._tenant(beacon.tenant_id)
         nodes.drop(beacon.id)
         if nodes.wasteful:
             self._rebuild(beacon.tenant_id)
 
     def _rebuild(self, tenant_id: str) -> None:
-        """A fresh index for the tenant with only the nodes it holds (reclaims dead rows)."""
-        self._tenants.pop(tenant_id, None)
+        """A fresh index for the tenant with only the nodes it holds (reclaims dead rows); standings kept."""
+        old = self._tenants.pop(tenant_id, None)
         for beacon in self.beacons.values():
             if beacon.tenant_id == tenant_id:
                 self._put_beacon(beacon)
         for node in self.agents.values():
             if node.tenant_id == tenant_id:
                 self._put_agent(node)
+        fresh = self._tenants.get(tenant_id)
+        if old is not None and fresh is not None:
+            for node_id in fresh.kind:
+                if node_id in old.index:
+                    fresh.standings.restore(fresh.index.row_of(node_id), *old.standings.get(old.index.row_of(node_id)))
 
     async def health(self) -> dict[str, int]:
         await self._ready()
@@ -251,8 +279,12 @@ class BeaconSet:
         )
 
     async def neighbours_many(self, requests: list[NeighbourRequest], now: datetime) -> list[dict[str, list[Candidate]]]:
-        """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer."""
+        """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer.
+
+        The diffs of requests marked ``observe`` are first folded into their tenant's leaf
+        statistics (one product per tenant), so every walk of the batch is judged on the same ones."""
         await self._ready()
+        self._fold([r for r in requests if r.observe])
         answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
         groups: dict[tuple[str, str | None], list[int]] = {}
         for n, request in enumerate(requests):
@@ -263,16 +295,51 @@ class BeaconSet:
             if nodes is None or nodes.index.size == 0 or not flat:
                 continue
             mask = nodes.mask(exclude, now.timestamp())
-            k = max(requests[n].k for n in members)
+            k = max(requests[n].leaf_k for n in members)
             hits = nodes.index.search_many(np.stack([vec for _, _, vec in flat]), k, mask)
             for (n, frontier_id, _), found in zip(flat, hits, strict=True):
-                found = found[: requests[n].k]
-                relevance = nodes.index.similarity([nid for nid, _ in found], requests[n].diff_vector).tolist()
+                found = found[: requests[n].leaf_k]
+                ids = [nid for nid, _ in found]
+                relevance = nodes.index.similarity(ids, requests[n].diff_vector)
+                rows = np.fromiter((nodes.index.row_of(nid) for nid in ids), dtype=np.intp, count=len(ids))
+                standing = nodes.standings.standing(rows, relevance).tolist()
                 answers[n][frontier_id] = [
-                    Candidate(nid, nodes.kind[nid], sim, rel, nodes.agent[nid])
-                    for (nid, sim), rel in zip(found, relevance, strict=True)
+                    Candidate(nid, nodes.kind[nid], sim, rel, nodes.agent[nid], None, st)
+                    for (nid, sim), rel, st in zip(found, relevance.tolist(), standing, strict=True)
                 ]
         return answers
+
+    def _fold(self, requests: list[NeighbourRequest]) -> None:
+        """Fold the diffs into their tenants' leaf statistics (every node of the tenant sees every diff)."""
+        by_tenant: dict[str, list[Vector]] = {}
+        for request in requests:
+            by_tenant.setdefault(request.tenant_id, []).append(request.diff_vector)
+        for tenant_id, vectors in by_tenant.items():
+            nodes = self._tenants.get(tenant_id)
+            if nodes is not None and nodes.index.size:
+                nodes.standings.fold(nodes.index.scores_many(np.stack(vectors)))
+            self._folded.add(tenant_id)
+
+    async def _commit_standings(self) -> None:
+        """Write the leaf statistics of every tenant folded since the last commit (soft state)."""
+        tenants, self._folded = self._folded, set()
+        gone, self._unfolded = self._unfolded, set()
+        if gone and self._standing_table is not None:
+            await self._standing_table.delete([g for g in gone if g not in self.beacons])
+        rows = []
+        for tenant_id in sorted(tenants):
+            nodes = self._tenants.get(tenant_id)
+            if nodes is None:
+                continue
+            for node_id in nodes.kind:
+                count, total, total_sq = nodes.standings.get(nodes.index.row_of(node_id))
+                rows.append({"id": node_id, "tenant_id": tenant_id, "count": count, "total": total, "total_sq": total_sq})
+        if rows and self._standing_table is not None:
+            try:
+                await self._standing_table.write(pa.Table.from_pylist(rows, schema=STANDING_SCHEMA))
+            except Exception:
+                self._folded |= tenants  # retried at the next commit
+                raise
 
     async def observe_many(self, observations: list[tuple[str, str, Vector]]) -> None:
         """Move agent nodes by the cells their agents just wrote: (agent_id, tenant_id, vector) each."""
@@ -337,6 +404,8 @@ class BeaconSet:
         await self._beacon_table.erase({*beacon_ids, *(b.id for b in doomed)})
         if agent_id is not None:
             await self._agent_table.erase([agent_id])
+        if self._standing_table is not None:
+            await self._standing_table.erase({*beacon_ids, *(b.id for b in doomed), *([agent_id] if agent_id else [])})
 
     async def set_agent_sums(self, tenant_id: str, sums: WriterSums, agent_ids: list[str]) -> None:
         """Set the agent nodes of ``agent_ids`` held here to ``sums`` (absent: no cells left), recomputed
@@ -420,7 +489,9 @@ class BeaconSet:
 
     async def close(self) -> None:
         await self._sweeper.stop()
+        await self._standing_saver.stop()
         await self._drained()
+        await self._commit_standings()
 
     async def _flush_beacons(self, changes: list[tuple[str, Beacon | None]]) -> None:
         """Placed beacons are appended (a merge over the whole table costs far more), changed ones

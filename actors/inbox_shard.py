@@ -33,8 +33,8 @@ from actors.codecs import deliveries_from_arrow, deliveries_to_arrow
 from actors.group_commit import GroupCommitter
 from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
-from mesh.inbox import AgentInbox, StoredDelivery
-from mesh.inbox_wire import InboxDelivery, PullResult, render_item
+from mesh.inbox import AgentInbox, Budget, StoredDelivery
+from mesh.inbox_wire import InboxDelivery, PullResult, render_item, with_withheld
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,8 @@ class InboxRetention:
     acked_max_age_s: float = 7 * 24 * 3600.0
     max_deliveries: int = 10_000
     sweep_interval_s: float = 60.0
+    node_budget: int = 4  # deliveries per reached node per window (mesh.inbox.Budget)
+    budget_window_s: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,9 @@ class InboxShard:
         self.dropped_acked = 0
         self.dropped_unacked = 0
         self._skipped = 0  # stored rows the last load could not decode
+        self._budget = Budget(config.retention.node_budget, config.retention.budget_window_s)
+        self.displaced = 0  # deliveries taken out by a better one of the same node and window
+        self.withheld = 0  # deliveries not enqueued: their node's window was full of better ones
 
     async def _ready(self) -> None:
         await self._ready_once()
@@ -86,8 +91,12 @@ class InboxShard:
         rows = await self._deliveries.load()
         decoded = deliveries_from_arrow(rows)
         self._skipped = rows.num_rows - len(decoded)
-        for agent_id, stored in decoded:
-            self._inbox(agent_id).restore(stored)
+        for agent_id, stored in sorted(decoded, key=lambda pair: pair[1].seq):
+            inbox = self._inbox(agent_id)
+            inbox.restore(stored)
+            inbox.track(stored, self._budget)
+        for inbox in self._inboxes.values():
+            inbox.served = inbox.committed  # what was stored before the restart may have been seen
         for row in (await self._cursors.load()).to_pylist():
             inbox = self._inbox(row["id"])
             inbox.cursor = max(inbox.cursor, int(row["cursor"]))
@@ -107,28 +116,40 @@ class InboxShard:
             "deliveries": sum(len(i) for i in self._inboxes.values()),
             "dropped_acked": self.dropped_acked,
             "dropped_unacked": self.dropped_unacked,
+            "budget_displaced": self.displaced,
+            "budget_withheld": self.withheld,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
         }
 
     async def deliver(self, deliveries: list[InboxDelivery]) -> int:
-        """Enqueue and commit; returns how many were new. An inbox past 110% of its cap is trimmed
-        at once in memory; the trim's commit does not hold the walk (a trim lost to a crash is
-        redone by the sweep after the reload)."""
+        """Enqueue under the node budget and commit; returns how many were new. A batch is taken best
+        first (score, then delivery id), so when a node's budget binds inside one batch the best are
+        kept. An inbox past 110% of its cap is trimmed at once in memory; the trim's commit (and the
+        removal of displaced deliveries) does not hold the walk (one lost to a crash is redone by the
+        sweep after the reload, or stays as a delivery the agent may see)."""
         await self._ready()
         added = 0
         crowded: set[str] = set()
+        gone: list[str] = []
         cap = self.config.retention.max_deliveries
-        for d in deliveries:
+        for d in sorted(deliveries, key=lambda d: (-d.score, d.delivery_id)):
             inbox = self._inbox(d.agent_id)
-            stored = inbox.enqueue(d.delivery_id, d.diff_id, d.project_id, d.score, d.members, d.delivered_at)
-            if stored is not None:
-                self._unflushed.append((d.agent_id, stored))
-                added += 1
-                if len(inbox) > cap + cap // 10:
-                    crowded.add(d.agent_id)
+            stored, displaced = inbox.enqueue_within(
+                self._budget, d.delivery_id, d.diff_id, d.project_id, d.score, d.members, d.delivered_at
+            )
+            if displaced is not None:
+                gone.append(displaced.delivery_id)
+                self.displaced += 1
+            if stored is None:
+                self.withheld += not inbox.has(d.delivery_id)
+                continue
+            self._unflushed.append((d.agent_id, stored))
+            added += 1
+            if len(inbox) > cap + cap // 10:
+                crowded.add(d.agent_id)
         await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
-        gone = self._trim_in_memory(crowded)
+        gone += self._trim_in_memory(crowded)
         if gone:
             self._trims.spawn(self._trim_commit.submit(gone))
         return added
@@ -176,7 +197,7 @@ class InboxShard:
         items = sorted(page.items, key=lambda d: d.seq) if by_seq else page.items
         await self._make_durable(agent_id, page.cursor)
         return PullResult(
-            tuple(render_item(d.seq, d.members) for d in items),
+            tuple(render_item(d.seq, with_withheld(d.members, inbox.withheld(d, self._budget))) for d in items),
             page.cursor,
             page.window_high,
             page.has_more,

@@ -83,11 +83,13 @@ class Propagator:
         """Decide one walk (no deliveries made)."""
         return (await self.walk_many([(cell, origin_vector)], now))[0]
 
-    async def walk_many(self, jobs: list[tuple[Cell, Vector]], now: datetime) -> list[WalkResult]:
+    async def walk_many(self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool = False) -> list[WalkResult]:
         """Decide many walks in lockstep: each wave is one ``neighbours_many`` message per node owner.
 
         Each walk advances only on its own complete wave, so batching changes
         no outcome; it only shares the messages and the matrix products.
+        ``observe``: the first wave asks the leaves' owners to fold the diffs into
+        their statistics before answering (a batch's first attempt only).
         """
         directory = self._directory()
         policy = self.config.policy
@@ -104,6 +106,8 @@ class Propagator:
                     jobs[n][0].embedding,
                     policy.fan_out + 1,
                     None if self.config.deliver_to_writer else jobs[n][0].source_agent,
+                    policy.leaf_fan_out,
+                    observe and states[n].hop == 0,
                 )
                 for n in active
             ]
@@ -111,7 +115,7 @@ class Propagator:
             calls += [directory.beacon_set(i).neighbours_many(requests, now) for i in range(spec.beacon_sets)]
             parts = await asyncio.gather(*calls)
             for position, n in enumerate(active):
-                states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out))
+                states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out, policy.leaf_fan_out))
                 if position % YIELD_EVERY == YIELD_EVERY - 1:
                     await asyncio.sleep(0)  # searches queued on this actor run between walks, not after the wave
         return [
@@ -144,7 +148,7 @@ class Propagator:
                 index = beacon_set_index(directory, cell.source_agent)
                 observations[index].append((cell.source_agent, cell.tenant_id, cell.embedding))
             await asyncio.gather(*(directory.beacon_set(i).observe_many(obs) for i, obs in observations.items()))
-        results = await self.walk_many(jobs, now)
+        results = await self.walk_many(jobs, now, observe)
         by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
         for (cell, _), result in zip(jobs, results, strict=True):
             if not result.reaches:
@@ -183,6 +187,9 @@ class Propagator:
                 "energy_after": round(e.energy_after, 6),
                 "walk_layer": cell.layer.depth,
                 "outcome": e.outcome.value,
+                "relevance": round(e.relevance, 6),
+                "standing": None if e.standing is None else round(e.standing, 4),
+                "criterion": None if e.criterion is None else e.criterion.value,
                 "salience": cell.salience,
                 "ts": ts,
                 "tenant_id": cell.tenant_id,

@@ -104,6 +104,17 @@ def agent_node_schema(dims: int) -> pa.Schema:
     )
 
 
+STANDING_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),  # a beacon id or an agent id
+        pa.field("tenant_id", pa.string(), nullable=False),
+        pa.field("count", pa.float64(), nullable=False),
+        pa.field("total", pa.float64(), nullable=False),
+        pa.field("total_sq", pa.float64(), nullable=False),
+    ]
+)
+
+
 DELIVERY_SCHEMA = pa.schema(
     [
         pa.field("agent_id", pa.string(), nullable=False),

@@ -151,11 +151,7 @@ class WalkQueue:
 
     async def _walk_batch(self, batch: list[Cell]) -> None:
         assert self._propagator is not None
-        partition = self._partition()
-        jobs = []
-        for cell in batch:
-            scene = partition.scenes.get(cell.scene_id or "")
-            jobs.append((cell, scene.centroid if scene is not None and scene.live_count else cell.embedding))
+        jobs = [(cell, cell.embedding) for cell in batch]  # the first wave searches around the written cell
         replay = [job for job in jobs if job[0].id in self._replayed]
         fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
         for attempt in range(3):

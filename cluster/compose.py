@@ -81,11 +81,14 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):
-        plan[f"beacon_set:{i}"] = (BeaconSet, (BeaconSetConfig(storage, i, dims, retention.sweep_interval_s),))
+        beacon_config = BeaconSetConfig(storage, i, dims, retention.sweep_interval_s, prop.prior())
+        plan[f"beacon_set:{i}"] = (BeaconSet, (beacon_config,))
     inbox_retention = InboxRetention(
         acked_max_age_s=retention.acked_delivery_max_age_s,
         max_deliveries=retention.max_deliveries_per_inbox,
         sweep_interval_s=retention.sweep_interval_s,
+        node_budget=prop.node_budget,
+        budget_window_s=prop.budget_window_s,
     )
     for i in range(settings.ray.inbox_shards):
         plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(storage, i, inbox_retention),))

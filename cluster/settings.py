@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from mesh.standing import StandingPrior
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning, SceneTuning
 from mesh.walk import EnergyPolicy
 
@@ -164,6 +165,17 @@ class PropagationSettings(_Section):
     walk_batch: int = Field(64, ge=1, le=4096)
     max_walk_backlog: int = Field(100_000, ge=1)  # per scene shard; at it, writes to the shard get 429
     max_inflight_records: int = Field(64, ge=1)
+    # Leaves (beacons, agent nodes): their own quota per frontier node, and the match rule (mesh/standing.py)
+    leaf_fan_out: int = Field(8, ge=0, le=256)
+    standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs
+    close_match: float = Field(0.6, ge=-1, le=1.01)  # relevance at which a leaf matches whatever its standing
+    standing_prior_mean: float = Field(0.1, ge=-1, le=1)
+    standing_prior_sd: float = Field(0.1, gt=0, le=2)
+    standing_prior_weight: float = Field(20.0, ge=0)
+    standing_half_life: float = Field(2_000.0, gt=0)  # writes of the tenant
+    # At most ``node_budget`` deliveries per reached node per ``budget_window_s``; the best unseen kept (docs/propagation.md)
+    node_budget: int = Field(4, ge=1, le=100_000)
+    budget_window_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _costs_ordered(self) -> PropagationSettings:
@@ -181,6 +193,14 @@ class PropagationSettings(_Section):
             gate=self.gate,
             fan_out=self.fan_out,
             max_hops=self.max_hops,
+            leaf_fan_out=self.leaf_fan_out,
+            standout=self.standout,
+            close_match=self.close_match,
+        )
+
+    def prior(self) -> StandingPrior:
+        return StandingPrior(
+            self.standing_prior_mean, self.standing_prior_sd, self.standing_prior_weight, self.standing_half_life
         )
 
 

@@ -21,6 +21,17 @@ Pull, in order:
    empty), so a window starting past ``floor + 1`` shows deliveries that left
    (retention, erasure). All describe the window, not the items.
 
+Budget (:meth:`AgentInbox.enqueue_within`): a reached node (beacon or agent
+node) gets at most ``limit`` deliveries per budget window. When a new one finds
+the node's window full, it displaces the lowest-scored delivery of that window
+that the agent has not been served yet (above the cursor and above every
+window a pull or the stream has handed out), if it scores higher; otherwise it
+is withheld. Either way the loser is counted, and every served item of that
+node and window carries the count (``withheld``): nothing is dropped silently,
+and what the agent has seen is never taken back. An agent that pulls now and
+then gets the best of what arrived between its pulls; one that streams gets
+the first that passed the walk's match rule.
+
 Retention (:meth:`AgentInbox.trim`): acknowledged deliveries older than a
 configured age leave the inbox, and past a cap the oldest deliveries leave
 it, acknowledged first. Sequences, the cursor and ``committed`` never change,
@@ -43,6 +54,25 @@ class StoredDelivery:
     score: float
     members: str  # the SeqInboxItem without its sequence (mesh.inbox_wire.item_members)
     delivered_at: float = 0.0  # epoch seconds; what the retention age is measured from
+
+    @property
+    def node_id(self) -> str:
+        """The reached node (a delivery id is ``<diff id>:<node id>``)."""
+        return self.delivery_id.partition(":")[2]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """At most ``limit`` deliveries per reached node per ``window_s`` seconds (settings ``propagation``)."""
+
+    limit: int = 4
+    window_s: float = 3600.0
+
+    def window(self, delivered_at: float) -> int:
+        return int(delivered_at // self.window_s)
+
+
+MAX_WITHHELD_IDS = 4_096  # per node and window: what makes a replayed loser stay out
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +100,10 @@ class AgentInbox:
     deliveries: list[StoredDelivery] = field(default_factory=list)
     _seqs: list[int] = field(default_factory=list)
     _ids: set[str] = field(default_factory=set)
+    served: int = 0  # the highest sequence a pull window (or the stream) has handed out
+    _kept: dict[tuple[str, int], list[StoredDelivery]] = field(default_factory=dict)
+    _withheld: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    _latest_window: int = 0
 
     def has(self, delivery_id: str) -> bool:
         return delivery_id in self._ids
@@ -84,6 +118,67 @@ class AgentInbox:
         stored = StoredDelivery(self.last_seq, delivery_id, diff_id, project_id, score, members, delivered_at)
         self._append(stored)
         return stored
+
+    def enqueue_within(
+        self, budget: Budget, delivery_id: str, diff_id: str, project_id: str, score: float, members: str, delivered_at: float
+    ) -> tuple[StoredDelivery | None, StoredDelivery | None]:
+        """``enqueue`` under the node budget: (the stored delivery or None, the delivery it displaced or None)."""
+        if delivery_id in self._ids:
+            return None, None
+        node_id = delivery_id.partition(":")[2]
+        key = (node_id, budget.window(delivered_at))
+        if delivery_id in self._withheld.get(key, ()):
+            return None, None
+        self._forget_windows_before(key[1])
+        kept = self._kept.setdefault(key, [])
+        displaced = None
+        if len(kept) >= budget.limit:
+            unseen = max(self.cursor, self.served)
+            replaceable = [d for d in kept if unseen < d.seq <= self.committed and d.delivery_id in self._ids]
+            worst = min(replaceable, key=lambda d: (d.score, -d.seq), default=None)
+            if worst is None or score <= worst.score:
+                self._withhold(key, delivery_id)
+                return None, None
+            displaced = worst
+            kept.remove(worst)
+            self._drop(worst)
+            self._withhold(key, worst.delivery_id)
+        stored = self.enqueue(delivery_id, diff_id, project_id, score, members, delivered_at)
+        if stored is not None:
+            kept.append(stored)
+        return stored, displaced
+
+    def withheld(self, stored: StoredDelivery, budget: Budget) -> int:
+        """How many deliveries of ``stored``'s node and window lost to the budget (0 when none)."""
+        return len(self._withheld.get((stored.node_id, budget.window(stored.delivered_at)), ()))
+
+    def _withhold(self, key: tuple[str, int], delivery_id: str) -> None:
+        ids = self._withheld.setdefault(key, set())
+        if len(ids) < MAX_WITHHELD_IDS:
+            ids.add(delivery_id)
+
+    def _forget_windows_before(self, window: int) -> None:
+        """Budget state of windows before the previous one leaves memory (bounded by live windows)."""
+        if window <= self._latest_window:
+            return
+        self._latest_window = window
+        for table in (self._kept, self._withheld):
+            for key in [k for k in table if k[1] < window - 1]:
+                del table[key]
+
+    def _drop(self, stored: StoredDelivery) -> None:
+        i = bisect.bisect_left(self._seqs, stored.seq)
+        if i < len(self._seqs) and self._seqs[i] == stored.seq:
+            del self._seqs[i]
+            del self.deliveries[i]
+        self._ids.discard(stored.delivery_id)
+
+    def track(self, stored: StoredDelivery, budget: Budget) -> None:
+        """Count a reloaded delivery against its node's window (after ``restore``)."""
+        key = (stored.node_id, budget.window(stored.delivered_at))
+        self._forget_windows_before(key[1])
+        if key[1] >= self._latest_window - 1:
+            self._kept.setdefault(key, []).append(stored)
 
     def restore(self, stored: StoredDelivery) -> None:
         """Re-add a committed delivery on reload (any order; kept sorted)."""
@@ -167,6 +262,8 @@ class AgentInbox:
         window_high = window[-1].seq if window else min(floor, self.committed)
         items = sorted((d for d in window if readable(d.project_id)), key=lambda d: (-d.score, d.seq))
         window_low = window[0].seq if window else 0
+        if window:
+            self.served = max(self.served, window_high)
         return PullPage(items, self.cursor, window_high, self.committed > window_high, self.cursor != before, window_low)
 
     def apply_ack(self, ack: int) -> bool:

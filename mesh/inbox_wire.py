@@ -59,6 +59,8 @@ def delivery_json(reach: Reach, delivered_at: datetime) -> str:
             "delivered_at": rfc3339(delivered_at),
             "node_id": reach.node_id,
             "node_kind": reach.kind.value,
+            "standing": None if reach.standing is None else round(reach.standing, 4),
+            "criterion": reach.criterion.value,
         },
         separators=(",", ":"),
     )
@@ -67,6 +69,12 @@ def delivery_json(reach: Reach, delivered_at: datetime) -> str:
 def item_members(diff: str, delivery: str) -> str:
     """The stored form of an item: its ``diff`` and ``delivery`` members, without the braces or the sequence."""
     return f'"diff":{diff},"delivery":{delivery}'
+
+
+def with_withheld(members: str, withheld: int) -> str:
+    """``members`` with ``"withheld": n`` added to its ``delivery`` object (the last member) when n > 0:
+    matches of the same node and budget window that were not delivered."""
+    return f'{members[:-1]},"withheld":{withheld}}}' if withheld else members
 
 
 def render_item(seq: int, members: str) -> str:

@@ -119,6 +119,11 @@ class VectorIndex:
             return np.zeros(0, dtype=np.float32)
         return self._matrix[:n] @ query.astype(np.float32, copy=False)
 
+    def scores_many(self, queries: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Cosine of every row (dead rows included) with each of ``queries``: rows x queries."""
+        result: npt.NDArray[np.float32] = self._matrix[: self.size] @ queries.astype(np.float32, copy=False).T
+        return result
+
     def live(self) -> BoolMask:
         """The live flag of rows ``0 .. size-1`` (a view: do not keep it across a write)."""
         live: BoolMask = self._live[: self.size]

@@ -241,6 +241,21 @@ class DeliveryOut(BaseModel):
     delivered_at: datetime
     node_id: str
     node_kind: Literal["agent", "beacon"]
+    standing: float | None = Field(
+        None,
+        description="How far the score stands above the scores this node usually gets from its tenant's writes,"
+        " in standard deviations (the match rule; docs/propagation.md).",
+    )
+    criterion: Literal["standout", "close_match"] | None = Field(
+        None,
+        description="The rule the delivery passed: `standout` (standing at least `propagation.standout`) or"
+        " `close_match` (score at least `propagation.close_match`).",
+    )
+    withheld: int = Field(
+        0,
+        description="Matches of the same node in the same budget window that were not delivered (the budget kept"
+        " the best): more is available through recall. Absent when 0.",
+    )
 
 
 class SeqInboxItem(BaseModel):

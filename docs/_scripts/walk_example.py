@@ -37,18 +37,19 @@ def scene(node_id: str, similarity: float, relevance: float) -> Candidate:
     return Candidate(node_id, NodeKind.SCENE, similarity, relevance, None, DUMMY)
 
 
-def beacon(node_id: str, agent: str, similarity: float, relevance: float) -> Candidate:
-    return Candidate(node_id, NodeKind.BEACON, similarity, relevance, agent)
+def beacon(node_id: str, agent: str, similarity: float, relevance: float, standing: float) -> Candidate:
+    return Candidate(node_id, NodeKind.BEACON, similarity, relevance, agent, None, standing)
 
 
-def agent(agent_id: str, similarity: float, relevance: float) -> Candidate:
+def agent(agent_id: str, similarity: float, relevance: float, standing: float) -> Candidate:
     # An agent node's node id is its agent id.
-    return Candidate(agent_id, NodeKind.AGENT, similarity, relevance, agent_id)
+    return Candidate(agent_id, NodeKind.AGENT, similarity, relevance, agent_id, None, standing)
 
 
 # What the node owners answer for each frontier node: its nearest nodes among the
 # tenant's scenes (SceneShards) and agent nodes and beacons (BeaconSets), with the
-# cosine to the frontier node (similarity) and to the diff (relevance).
+# cosine to the frontier node (similarity) and to the diff (relevance), and for a
+# leaf its standing: (relevance - the node's mean) / its sd, from its statistics.
 SCENE_SHARDS = {
     "S0": [scene("S0", 1.00, 0.80), scene("S1", 0.80, 0.60), scene("S2", 0.60, 0.40)],
     "S1": [scene("S1", 1.00, 0.60), scene("S0", 0.80, 0.80), scene("S3", 0.50, 0.55)],
@@ -57,11 +58,11 @@ SCENE_SHARDS = {
     "S4": [scene("S4", 1.00, 0.90)],
 }
 BEACON_SETS = {
-    "S0": [beacon("B1", "alice", 0.90, 0.80), agent("bob", 0.70, 0.20)],
-    "S1": [beacon("B1", "alice", 0.75, 0.80), agent("carol", 0.70, 0.70)],
-    "S2": [agent("carol", 0.80, 0.70)],
-    "S3": [beacon("B2", "dave", 0.60, 0.50)],
-    "S4": [beacon("B3", "erin", 0.80, 0.85)],
+    "S0": [beacon("B1", "alice", 0.90, 0.80, 3.1), agent("bob", 0.70, 0.20, 0.4), agent("gina", 0.60, 0.45, 0.8)],
+    "S1": [beacon("B1", "alice", 0.75, 0.80, 3.1), agent("carol", 0.70, 0.70, 1.2), beacon("B4", "frank", 0.65, 0.42, 2.3)],
+    "S2": [agent("carol", 0.80, 0.70, 1.2)],
+    "S3": [beacon("B2", "dave", 0.60, 0.50, 2.4)],
+    "S4": [beacon("B3", "erin", 0.80, 0.85, 3.0)],
 }
 
 
@@ -83,7 +84,7 @@ def walk(shuffle: random.Random | None = None) -> WalkState:
             for part in parts:
                 for candidates in part.values():
                     shuffle.shuffle(candidates)
-        state.advance(merge_candidates(parts, policy.fan_out))
+        state.advance(merge_candidates(parts, policy.fan_out, policy.leaf_fan_out))
     return state
 
 
@@ -103,20 +104,23 @@ def main() -> None:
     print(
         f"policy: base_energy={policy.base_energy} salience_energy={policy.salience_energy} "
         f"min_cost={policy.min_cost} max_cost={policy.max_cost} floor={policy.floor} "
-        f"gate={policy.gate} fan_out={policy.fan_out} max_hops={policy.max_hops}"
+        f"gate={policy.gate} fan_out={policy.fan_out} max_hops={policy.max_hops}\n"
+        f"        leaf_fan_out={policy.leaf_fan_out} standout={policy.standout} close_match={policy.close_match}"
     )
     print(f"E0 = {policy.base_energy} + {policy.salience_energy} * 0.5 = {policy.initial_energy(0.5):.4f}")
     print()
     state = walk()
     relevance = {c.node_id: c.relevance for part in (SCENE_SHARDS, BEACON_SETS) for cs in part.values() for c in cs}
-    print("hop  from -> to     outcome    relevance  cost     energy before -> after")
+    print("hop  from -> to     outcome    relevance standing  criterion    cost     energy before -> after")
     for e in state.events:
         rel = relevance[e.to_node] if e.from_node is not None else None
         cost = f"{policy.cost(rel):.4f}" if rel is not None else "-"
         rel_s = f"{rel:.2f}" if rel is not None else "-"
+        standing = f"{e.standing:.1f}" if e.standing is not None else "-"
+        criterion = e.criterion.value if e.criterion is not None else "-"
         print(
             f"{e.hop_index:>3}  {e.from_node or '(seed)':>4} -> {e.to_node:<6} {e.outcome.value:<10} "
-            f"{rel_s:>9}  {cost:>6}   {e.energy_before:.4f} -> {e.energy_after:.4f}"
+            f"{rel_s:>9} {standing:>8}  {criterion:<11} {cost:>6}   {e.energy_before:.4f} -> {e.energy_after:.4f}"
         )
     print()
     diff_id = diff_id_of(CELL_ID)
@@ -125,7 +129,8 @@ def main() -> None:
     for r in state.reaches:
         print(
             f"  agent={r.agent_id:<6} node={r.node_id:<6} kind={r.kind.value:<7} "
-            f"score={r.score:.2f} hops={r.hops} energy={r.energy:.4f}  delivery id={diff_id}:{r.node_id}"
+            f"score={r.score:.2f} hops={r.hops} energy={r.energy:.4f} criterion={r.criterion.value}"
+            f"  delivery id={diff_id}:{r.node_id}"
         )
     print(f"waves run: {state.hop}; frontier left: {[f.node_id for f in state.frontier]}")
     print()

@@ -304,20 +304,26 @@ class Diff(_message.Message):
     def __init__(self, id: _Optional[str] = ..., cell_id: _Optional[str] = ..., content: _Optional[str] = ..., cell_type: _Optional[str] = ..., layer: _Optional[str] = ..., salience: _Optional[float] = ..., energy: _Optional[float] = ..., embedding_engine: _Optional[str] = ..., provenance: _Optional[_Union[DiffProvenance, _Mapping]] = ..., embedding: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("score", "hops", "energy", "delivered_at", "node_id", "node_kind")
+    __slots__ = ("score", "hops", "energy", "delivered_at", "node_id", "node_kind", "standing", "criterion", "withheld")
     SCORE_FIELD_NUMBER: _ClassVar[int]
     HOPS_FIELD_NUMBER: _ClassVar[int]
     ENERGY_FIELD_NUMBER: _ClassVar[int]
     DELIVERED_AT_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_KIND_FIELD_NUMBER: _ClassVar[int]
+    STANDING_FIELD_NUMBER: _ClassVar[int]
+    CRITERION_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
     score: float
     hops: int
     energy: float
     delivered_at: str
     node_id: str
     node_kind: str
-    def __init__(self, score: _Optional[float] = ..., hops: _Optional[int] = ..., energy: _Optional[float] = ..., delivered_at: _Optional[str] = ..., node_id: _Optional[str] = ..., node_kind: _Optional[str] = ...) -> None: ...
+    standing: float
+    criterion: str
+    withheld: int
+    def __init__(self, score: _Optional[float] = ..., hops: _Optional[int] = ..., energy: _Optional[float] = ..., delivered_at: _Optional[str] = ..., node_id: _Optional[str] = ..., node_kind: _Optional[str] = ..., standing: _Optional[float] = ..., criterion: _Optional[str] = ..., withheld: _Optional[int] = ...) -> None: ...
 
 class SeqInboxItem(_message.Message):
     __slots__ = ("delivery_seq", "diff", "delivery")

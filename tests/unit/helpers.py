@@ -69,6 +69,9 @@ EVENT_FIELDS = {
     "energy_after",
     "walk_layer",
     "outcome",
+    "relevance",  # the explanation memesh adds (docs/observatory.md): the score, the standing, the rule
+    "standing",
+    "criterion",
     "salience",
     "ts",
     "tenant_id",

@@ -14,7 +14,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4
 
 from head.facade import Memesh
-from mesh.inbox_wire import PullResult, delivery_json, diff_json, item_members, pull_body, render_item
+from mesh.inbox_wire import PullResult, delivery_json, diff_json, item_members, pull_body, render_item, with_withheld
 from mesh.model import Cell, CellType, Layer
 from mesh.times import rfc3339
 from mesh.walk import NodeKind, Reach
@@ -62,7 +62,10 @@ async def test_a_rendered_item_is_exactly_a_seq_inbox_item(api: Api) -> None:
     assert set(item) == properties(doc, "SeqInboxItem")
     assert set(item["diff"]) == properties(doc, "DiffOut")
     assert set(item["diff"]["provenance"]) == properties(doc, "DiffProvenance")
-    assert set(item["delivery"]) == properties(doc, "DeliveryOut")
+    assert set(item["delivery"]) == properties(doc, "DeliveryOut") - {"withheld"}  # absent when 0
+    marked = json.loads(render_item(7, with_withheld(members, 3)))
+    validator(doc, "SeqInboxItem").validate(marked)
+    assert set(marked["delivery"]) == properties(doc, "DeliveryOut") and marked["delivery"]["withheld"] == 3
     assert item["delivery_seq"] == 7 and item["diff"]["content"] == a_cell().content
     assert item["diff"]["provenance"]["created_at"] == "2026-01-02T03:04:05Z"
     body = json.loads(pull_body(PullResult((render_item(7, members),), 7, 9, True, 7)))
@@ -91,4 +94,4 @@ async def test_a_pull_answers_the_published_model_end_to_end(api: Api, core: Mem
     for item in page["items"]:
         assert set(item) == properties(doc, "SeqInboxItem")
         assert set(item["diff"]) == properties(doc, "DiffOut")
-        assert set(item["delivery"]) == properties(doc, "DeliveryOut")
+        assert set(item["delivery"]) == properties(doc, "DeliveryOut") - {"withheld"}  # three writes: under budget

@@ -49,6 +49,7 @@ def answers(
                     float(vec @ diff),
                     None if kind is NodeKind.SCENE else f"agent-{nid}",
                     vec if kind is NodeKind.SCENE else None,
+                    None if kind is NodeKind.SCENE else float(vec @ diff) * 8.0 - 1.0,  # a standing to judge
                 )
                 for nid, (kind, vec) in near
             ]
@@ -57,7 +58,7 @@ def answers(
 
 def run(seed: int, nodes: int, owners: int, shuffle: random.Random | None) -> tuple[list[Any], list[Any]]:
     mesh, diff = random_mesh(seed, nodes)
-    policy = EnergyPolicy(gate=0.2, fan_out=4, min_cost=0.02, max_cost=0.3)
+    policy = EnergyPolicy(gate=0.2, fan_out=4, min_cost=0.02, max_cost=0.3, leaf_fan_out=3, close_match=0.7)
     origin = "n000"
     state = WalkState.start(policy, origin, mesh[origin][1], salience=0.9)
     while not state.done:
@@ -67,7 +68,7 @@ def run(seed: int, nodes: int, owners: int, shuffle: random.Random | None) -> tu
             for part in parts:
                 for cands in part.values():
                     shuffle.shuffle(cands)
-        state.advance(merge_candidates(parts, policy.fan_out))
+        state.advance(merge_candidates(parts, policy.fan_out, policy.leaf_fan_out))
     return state.events, state.reaches
 
 
@@ -159,12 +160,13 @@ async def test_walks_over_actors_ignore_timing_and_observation(core: Memesh) -> 
     )  # type: ignore[attr-defined]
     origin = shard.partition.scenes[cell.scene_id].centroid
     now = datetime(2030, 1, 1, tzinfo=UTC)
-    policy = EnergyPolicy(gate=0.15)
+    policy = EnergyPolicy(gate=0.15, standout=1.0)  # a small on-topic tenant: a looser match, so several reaches
     results = []
     for seed, observe in [(None, True), (1, True), (2, False), (3, False)]:
         directory = core.directory if seed is None else ShufflingDirectory(core.directory, seed)
         propagator = Propagator(PropagationConfig(policy=policy, observe=observe), lambda d=directory: d)  # type: ignore[misc]
-        result = await propagator.propagate(cell, origin, now)
+        # as a replay: agent nodes and leaf statistics are not folded again, so every run sees the same mesh
+        (result,) = await propagator.propagate_many([(cell, origin)], now, observe=False)
         await propagator.close()
         results.append((result.events, result.reaches))
     assert len(results[0][1]) >= 2 and len(results[0][0]) > len(results[0][1])
@@ -182,7 +184,8 @@ async def test_a_batch_of_walks_decides_what_each_walk_decides_alone(core: Memes
     for n, text in enumerate(
         ["terraform state locking failed", "terraform module registry outage", "state file corruption again"]
     ):
-        (cell,) = await core.memory.write_cells(people[n], [NewCell(content=text, cell_type=CellType.FACT, salience=0.8)])
+        # written by the next person, so the beacon of the same topic (another agent's) is a match
+        (cell,) = await core.memory.write_cells(people[n + 1], [NewCell(content=text, cell_type=CellType.FACT, salience=0.8)])
         cells.append(cell)
     await settle(core)
     jobs = []

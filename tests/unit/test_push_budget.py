@@ -1,0 +1,111 @@
+"""Push on the real actors (in process, hash engine): the node budget keeps the best and marks the rest,
+deliveries explain themselves, and leaf statistics stay in their tenant and survive a restart."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from actors.beacon_set import BeaconSet, BeaconSetConfig
+from actors.storage import StorageConfig
+from head.facade import Memesh
+from mesh.model import Beacon, CellType, NewCell
+from mesh.walk import NeighbourRequest
+from tests.unit.test_propagation import agent, drain, settle
+
+DIMS = 8
+
+
+async def test_a_flooded_beacon_gets_its_budget_of_the_best_and_a_marker(make_core: Callable[..., Memesh]) -> None:
+    core = make_core(propagation={"node_budget": 3})
+    listener, _ = await agent(core, role="Reader")
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "kafka consumer lag on the payments cluster")
+    texts = [
+        "kafka consumer lag on the payments cluster again",
+        "kafka consumer lag",
+        "payments cluster kafka consumer lag alert fired",
+        "consumer lag on the payments cluster",
+        "kafka consumer lag on the payments cluster",
+        "kafka lag payments",
+        "lag on the payments cluster kafka consumer group",
+        "the payments cluster",
+    ]
+    for text in texts:  # one walk batch each: the budget binds across batches, not only inside one
+        await core.memory.write_cells(writer, [NewCell(content=text, cell_type=CellType.FACT, salience=0.9)])
+        await settle(core)
+    items = (await drain(core, listener))["items"]
+    scores = sorted((i["delivery"]["score"] for i in items), reverse=True)
+    assert len(items) == 3, "the budget is 3 a window"
+    shard = core.directory.inbox_shard(0)
+    health = await shard.health()
+    lost = health["budget_displaced"] + health["budget_withheld"]
+    assert lost >= 1, "more than three passed the match rule: the test would not exercise the budget"
+    assert all(i["delivery"]["withheld"] == lost for i in items)  # nothing dropped silently
+    # the three kept are the best three of everything that reached the beacon
+    exact = core.memory._embedder
+    vectors = await exact.embed(["kafka consumer lag on the payments cluster", *texts])
+    reached = sorted((float(v @ vectors[0]) for v in vectors[1:]), reverse=True)
+    assert scores == [round(s, 6) for s in reached[:3]]
+    for item in items:
+        assert item["delivery"]["criterion"] in {"standout", "close_match"}
+        assert isinstance(item["delivery"]["standing"], float)
+    await core.close()
+
+
+async def test_a_served_delivery_is_never_taken_back(make_core: Callable[..., Memesh]) -> None:
+    core = make_core(propagation={"node_budget": 1})
+    listener, _ = await agent(core, role="Reader")
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "terraform state lock")
+    await core.memory.write_cells(writer, [NewCell(content="terraform state lock held", cell_type=CellType.FACT)])
+    await settle(core)
+    first = (await drain(core, listener))["items"]
+    await core.memory.write_cells(writer, [NewCell(content="terraform state lock", cell_type=CellType.FACT)])
+    await settle(core)
+    again = (await drain(core, listener, since=0))["items"]
+    assert [i["diff"]["cell_id"] for i in again] == [i["diff"]["cell_id"] for i in first]
+    assert again[0]["delivery"]["withheld"] == 1
+    await core.close()
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIMS).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def beacon(beacon_id: str, tenant: str, vector: np.ndarray) -> Beacon:
+    return Beacon(beacon_id, tenant, "agent-" + tenant, "interest", vector, "hash", datetime(2030, 1, 1, tzinfo=UTC))
+
+
+async def test_leaf_statistics_stay_in_their_tenant_survive_a_restart_and_leave_with_an_erase(tmp_path: Path) -> None:
+    storage = StorageConfig(str(tmp_path / "lance"))
+    config = BeaconSetConfig(storage, 0, DIMS, sweep_interval_s=0, standing_commit_s=0)
+    now = datetime(2030, 1, 2, tzinfo=UTC)
+    beacons = BeaconSet(config)
+    await beacons.place(beacon("00000000-0000-7000-8000-0000000000b1", "t1", unit(1)), 10)
+    await beacons.place(beacon("00000000-0000-7000-8000-0000000000b2", "t2", unit(2)), 10)
+    diffs = [unit(10 + i) for i in range(5)]
+    requests = [NeighbourRequest("t1", [("s", d)], d, 9, None, 8, True) for d in diffs]
+    before = await beacons.neighbours_many(requests, now)
+    t1, t2 = beacons._tenants["t1"], beacons._tenants["t2"]
+    assert t1.standings.get(0)[0] == 5.0
+    assert t2.standings.get(0) == (0.0, 0.0, 0.0), "another tenant's writes moved t2's statistics"
+    expected = [math.fsum(float(d @ unit(1)) for d in diffs)]
+    assert abs(t1.standings.get(0)[1] - expected[0]) < 1e-4
+    await beacons.close()
+
+    restarted = BeaconSet(config)
+    replay = [NeighbourRequest("t1", [("s", d)], d, 9, None, 8, False) for d in diffs]
+    after = await restarted.neighbours_many(replay, now)
+    assert [[c.standing for c in a["s"]] for a in after] == [[c.standing for c in b["s"]] for b in before]
+    table = restarted._standing_table
+    assert table is not None
+    assert [r["id"] for r in (await table.load()).to_pylist()] == ["00000000-0000-7000-8000-0000000000b1"]  # t2 never folded
+    await restarted.erase("agent-t1", [])
+    assert (await table.load()).num_rows == 0
+    await restarted.close()
