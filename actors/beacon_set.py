@@ -30,12 +30,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import deque
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 
 from actors.chores import Background, LoadOnce, Periodic
@@ -43,11 +41,11 @@ from actors.codecs import agent_nodes_from_arrow, agent_nodes_to_arrow, beacons_
 from actors.group_commit import GroupCommitter
 from actors.schemas import STANDING_SCHEMA, agent_node_schema, beacon_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
+from actors.tenant_nodes import RecentRemovals, TenantNodes
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
-from mesh.standing import LeafStandings, StandingPrior
+from mesh.standing import StandingPrior
 from mesh.storage_cost import stored_bytes
-from mesh.vector_index import VectorIndex
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 
 log = logging.getLogger(__name__)
@@ -64,66 +62,19 @@ class BeaconSetConfig:
     standing_commit_s: float = 10.0  # how often folded leaf statistics are committed (0: only at close)
 
 
-class _TenantNodes:
-    """A tenant's beacons and agent nodes in one index, with who owns each row and when it expires."""
-
-    def __init__(self, dims: int, prior: StandingPrior) -> None:
-        self.index = VectorIndex(dims)
-        self.standings = LeafStandings(prior)
-        self.expires = np.full(256, np.inf, dtype=np.float64)  # epoch seconds, row-aligned; inf: never
-        self.kind: dict[str, NodeKind] = {}
-        self.agent: dict[str, str] = {}
-        self.by_agent: dict[str, set[str]] = {}
-        self.dead = 0
-
-    def put(self, node_id: str, vector: Vector, live: bool, kind: NodeKind, agent_id: str, expires: float = math.inf) -> None:
-        new = node_id not in self.index
-        row = self.index.upsert(node_id, vector, live=live)
-        if new:
-            self.standings.reset(row)
-        if row >= self.expires.shape[0]:
-            grown = np.full(self.expires.shape[0] * 2, np.inf, dtype=np.float64)
-            grown[: self.expires.shape[0]] = self.expires
-            self.expires = grown
-        self.expires[row] = expires
-        self.kind[node_id] = kind
-        self.agent[node_id] = agent_id
-        self.by_agent.setdefault(agent_id, set()).add(node_id)
-
-    def drop(self, node_id: str) -> None:
-        """Forget ``node_id``: out of every search; its row is reclaimed by the next rebuild."""
-        if self.kind.pop(node_id, None) is None:
-            return
-        self.index.forget(node_id)
-        owners = self.by_agent.get(self.agent.pop(node_id, ""), set())
-        owners.discard(node_id)
-        self.dead += 1
-
-    @property
-    def wasteful(self) -> bool:
-        return self.dead > 256 and self.dead > len(self.kind)
-
-    def mask(self, exclude_agent: str | None, now: float) -> npt.NDArray[np.bool_]:
-        mask: npt.NDArray[np.bool_] = self.expires[: self.index.size] > now
-        for node_id in self.by_agent.get(exclude_agent or "", ()):
-            mask[self.index.row_of(node_id)] = False
-        return mask
-
-
 class BeaconSet:
     def __init__(self, config: BeaconSetConfig) -> None:
         self.config = config
         self.beacons: dict[str, Beacon] = {}
         self.agents: dict[str, AgentNode] = {}
-        self._tenants: dict[str, _TenantNodes] = {}
+        self._tenants: dict[str, TenantNodes] = {}
         self._beacon_table: KeyedTable | None = None
         self._agent_table: KeyedTable | None = None
         self._ready_once = LoadOnce(self._load)
         self._background = Background("agent-node commit")
         self._staged: dict[str, Vector] = {}  # a reembed's new beacon vectors, switched in by apply_staged
         self._skipped = 0  # stored rows the last load could not decode
-        self._removed: dict[str, tuple[str, str]] = {}  # recently removed beacon -> (tenant, agent)
-        self._removed_by_agent: dict[str, deque[str]] = {}
+        self._removed = RecentRemovals(REMEMBERED_REMOVALS)
         window = config.storage.commit_window_s
         self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(self._flush_beacons, window, 512)
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024)
@@ -156,17 +107,17 @@ class BeaconSet:
         self._standing_table = await store.keyed(f"{prefix}_standings", STANDING_SCHEMA, "id", identity="id")
         for row in (await self._standing_table.load()).to_pylist():
             held = self._tenants.get(row["tenant_id"])
-            if held is not None and row["id"] in held.kind:
-                held.standings.restore(held.index.row_of(row["id"]), row["count"], row["total"], row["total_sq"])
+            if held is not None:
+                held.restore_standing(row["id"], row["count"], row["total"], row["total_sq"])
         self._standing_saver.start()
         if stale:
             await self._beacon_commit.submit([(b, None) for b in stale])
         self._sweeper.start()
 
-    def _tenant(self, tenant_id: str) -> _TenantNodes:
+    def _tenant(self, tenant_id: str) -> TenantNodes:
         nodes = self._tenants.get(tenant_id)
         if nodes is None:
-            nodes = self._tenants[tenant_id] = _TenantNodes(self.config.dims, self.config.prior)
+            nodes = self._tenants[tenant_id] = TenantNodes(self.config.dims, self.config.prior)
         return nodes
 
     def _put_beacon(self, beacon: Beacon) -> None:
@@ -180,11 +131,7 @@ class BeaconSet:
 
     def _drop_beacon(self, beacon: Beacon) -> None:
         self.beacons.pop(beacon.id, None)
-        recent = self._removed_by_agent.setdefault(beacon.agent_id, deque())
-        recent.append(beacon.id)
-        self._removed[beacon.id] = (beacon.tenant_id, beacon.agent_id)
-        if len(recent) > REMEMBERED_REMOVALS:
-            self._removed.pop(recent.popleft(), None)
+        self._removed.add(beacon.id, beacon.tenant_id, beacon.agent_id)
         self._unfolded.add(beacon.id)
         nodes = self._tenant(beacon.tenant_id)
         nodes.drop(beacon.id)
@@ -202,9 +149,7 @@ class BeaconSet:
                 self._put_agent(node)
         fresh = self._tenants.get(tenant_id)
         if old is not None and fresh is not None:
-            for node_id in fresh.kind:
-                if node_id in old.index:
-                    fresh.standings.restore(fresh.index.row_of(node_id), *old.standings.get(old.index.row_of(node_id)))
+            fresh.adopt_standings(old)
 
     async def health(self) -> dict[str, int]:
         await self._ready()
@@ -326,14 +271,7 @@ class BeaconSet:
         gone, self._unfolded = self._unfolded, set()
         if gone and self._standing_table is not None:
             await self._standing_table.delete([g for g in gone if g not in self.beacons])
-        rows = []
-        for tenant_id in sorted(tenants):
-            nodes = self._tenants.get(tenant_id)
-            if nodes is None:
-                continue
-            for node_id in nodes.kind:
-                count, total, total_sq = nodes.standings.get(nodes.index.row_of(node_id))
-                rows.append({"id": node_id, "tenant_id": tenant_id, "count": count, "total": total, "total_sq": total_sq})
+        rows = [row for t in sorted(tenants) if (nodes := self._tenants.get(t)) is not None for row in nodes.standing_rows(t)]
         if rows and self._standing_table is not None:
             try:
                 await self._standing_table.write(pa.Table.from_pylist(rows, schema=STANDING_SCHEMA))

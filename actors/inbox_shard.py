@@ -24,7 +24,7 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -34,7 +34,7 @@ from actors.group_commit import GroupCommitter
 from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, Budget, StoredDelivery
-from mesh.inbox_wire import InboxDelivery, PullResult, render_item, with_withheld
+from mesh.inbox_wire import InboxDelivery, PullResult, is_close_match, render_item, with_withheld
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +44,7 @@ class InboxRetention:
     acked_max_age_s: float = 7 * 24 * 3600.0
     max_deliveries: int = 10_000
     sweep_interval_s: float = 60.0
-    node_budget: int = 4  # deliveries per reached node per window (mesh.inbox.Budget)
-    budget_window_s: float = 3600.0
+    budget: Budget = field(default_factory=Budget)  # deliveries per reached node per window
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +75,7 @@ class InboxShard:
         self.dropped_acked = 0
         self.dropped_unacked = 0
         self._skipped = 0  # stored rows the last load could not decode
-        self._budget = Budget(config.retention.node_budget, config.retention.budget_window_s)
+        self._budget = config.retention.budget
         self.displaced = 0  # deliveries taken out by a better one of the same node and window
         self.withheld = 0  # deliveries not enqueued: their node's window was full of better ones
 
@@ -94,7 +93,7 @@ class InboxShard:
         for agent_id, stored in sorted(decoded, key=lambda pair: pair[1].seq):
             inbox = self._inbox(agent_id)
             inbox.restore(stored)
-            inbox.track(stored, self._budget)
+            inbox.track(stored, self._budget, is_close_match(stored.members))
         for inbox in self._inboxes.values():
             inbox.served = inbox.committed  # what was stored before the restart may have been seen
         for row in (await self._cursors.load()).to_pylist():
@@ -136,7 +135,7 @@ class InboxShard:
         for d in sorted(deliveries, key=lambda d: (-d.score, d.delivery_id)):
             inbox = self._inbox(d.agent_id)
             stored, displaced = inbox.enqueue_within(
-                self._budget, d.delivery_id, d.diff_id, d.project_id, d.score, d.members, d.delivered_at
+                self._budget, d.delivery_id, d.diff_id, d.project_id, d.score, d.members, d.delivered_at, d.close
             )
             if displaced is not None:
                 gone.append(displaced.delivery_id)

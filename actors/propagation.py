@@ -28,7 +28,7 @@ from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_member
 from mesh.model import Cell, Vector
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
-from mesh.walk import Candidate, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
+from mesh.walk import Candidate, Criterion, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
 
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
@@ -157,7 +157,14 @@ class Propagator:
             for reach in result.reaches:
                 item = item_members(payload, delivery_json(reach, now))
                 delivery = InboxDelivery(
-                    reach.agent_id, f"{result.diff_id}:{reach.node_id}", result.diff_id, cell.project_id, reach.score, item
+                    reach.agent_id,
+                    f"{result.diff_id}:{reach.node_id}",
+                    result.diff_id,
+                    cell.project_id,
+                    reach.score,
+                    item,
+                    now.timestamp(),
+                    reach.criterion is Criterion.CLOSE_MATCH,
                 )
                 by_shard[inbox_index(directory, reach.agent_id)].append(delivery)
         if by_shard:

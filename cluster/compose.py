@@ -87,8 +87,7 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
         acked_max_age_s=retention.acked_delivery_max_age_s,
         max_deliveries=retention.max_deliveries_per_inbox,
         sweep_interval_s=retention.sweep_interval_s,
-        node_budget=prop.node_budget,
-        budget_window_s=prop.budget_window_s,
+        budget=prop.budget(),
     )
     for i in range(settings.ray.inbox_shards):
         plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(storage, i, inbox_retention),))

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from mesh.inbox import Budget
 from mesh.standing import StandingPrior
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning, SceneTuning
 from mesh.walk import EnergyPolicy
@@ -169,12 +170,15 @@ class PropagationSettings(_Section):
     leaf_fan_out: int = Field(8, ge=0, le=256)
     standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs
     close_match: float = Field(0.6, ge=-1, le=1.01)  # relevance at which a leaf matches whatever its standing
+    standout_floor: float = Field(0.2, ge=-1, le=1)  # relevance a standout also needs (noise never stands out)
     standing_prior_mean: float = Field(0.1, ge=-1, le=1)
     standing_prior_sd: float = Field(0.1, gt=0, le=2)
     standing_prior_weight: float = Field(20.0, ge=0)
     standing_half_life: float = Field(2_000.0, gt=0)  # writes of the tenant
-    # At most ``node_budget`` deliveries per reached node per ``budget_window_s``; the best unseen kept (docs/propagation.md)
+    # Per reached node and ``budget_window_s``: at most ``node_budget`` standouts and ``close_match_budget`` close
+    # matches; the best unseen kept, the rest counted on what is served (docs/propagation.md)
     node_budget: int = Field(4, ge=1, le=100_000)
+    close_match_budget: int = Field(32, ge=1, le=100_000)
     budget_window_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
@@ -196,7 +200,11 @@ class PropagationSettings(_Section):
             leaf_fan_out=self.leaf_fan_out,
             standout=self.standout,
             close_match=self.close_match,
+            standout_floor=self.standout_floor,
         )
+
+    def budget(self) -> Budget:
+        return Budget(self.node_budget, self.budget_window_s, self.close_match_budget)
 
     def prior(self) -> StandingPrior:
         return StandingPrior(

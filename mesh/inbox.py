@@ -22,15 +22,18 @@ Pull, in order:
    (retention, erasure). All describe the window, not the items.
 
 Budget (:meth:`AgentInbox.enqueue_within`): a reached node (beacon or agent
-node) gets at most ``limit`` deliveries per budget window. When a new one finds
-the node's window full, it displaces the lowest-scored delivery of that window
-that the agent has not been served yet (above the cursor and above every
-window a pull or the stream has handed out), if it scores higher; otherwise it
-is withheld. Either way the loser is counted, and every served item of that
-node and window carries the count (``withheld``): nothing is dropped silently,
-and what the agent has seen is never taken back. An agent that pulls now and
-then gets the best of what arrived between its pulls; one that streams gets
-the first that passed the walk's match rule.
+node) gets at most ``limit`` deliveries per budget window among those that
+merely stand out for it, and at most ``close_limit`` among close matches (the
+two are counted apart, so a flood of inferred matches never crowds out a
+direct hit, and direct hits are bounded too). When a new one finds its count
+full, it displaces the lowest-scored delivery of that node, window and count
+that the agent has not been served yet (committed, above the cursor and above
+every window a pull or the stream has handed out), if it scores higher;
+otherwise it is withheld. Either way the loser is counted, and every served
+item of that node and window carries the count (``withheld``): nothing is
+dropped silently, and what the agent has seen is never taken back. An agent
+that pulls now and then gets the best of what arrived between its pulls; one
+that streams gets the first that passed the walk's match rule.
 
 Retention (:meth:`AgentInbox.trim`): acknowledged deliveries older than a
 configured age leave the inbox, and past a cap the oldest deliveries leave
@@ -63,10 +66,15 @@ class StoredDelivery:
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """At most ``limit`` deliveries per reached node per ``window_s`` seconds (settings ``propagation``)."""
+    """Per reached node and ``window_s`` seconds: at most ``limit`` deliveries that stand out for it and
+    ``close_limit`` close matches (settings ``propagation``)."""
 
     limit: int = 4
     window_s: float = 3600.0
+    close_limit: int = 32
+
+    def of(self, close: bool) -> int:
+        return self.close_limit if close else self.limit
 
     def window(self, delivered_at: float) -> int:
         return int(delivered_at // self.window_s)
@@ -101,8 +109,8 @@ class AgentInbox:
     _seqs: list[int] = field(default_factory=list)
     _ids: set[str] = field(default_factory=set)
     served: int = 0  # the highest sequence a pull window (or the stream) has handed out
-    _kept: dict[tuple[str, int], list[StoredDelivery]] = field(default_factory=dict)
-    _withheld: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    _kept: dict[tuple[str, int, bool], list[StoredDelivery]] = field(default_factory=dict)
+    _withheld: dict[tuple[str, int, bool], set[str]] = field(default_factory=dict)
     _latest_window: int = 0
 
     def has(self, delivery_id: str) -> bool:
@@ -120,19 +128,28 @@ class AgentInbox:
         return stored
 
     def enqueue_within(
-        self, budget: Budget, delivery_id: str, diff_id: str, project_id: str, score: float, members: str, delivered_at: float
+        self,
+        budget: Budget,
+        delivery_id: str,
+        diff_id: str,
+        project_id: str,
+        score: float,
+        members: str,
+        delivered_at: float,
+        close: bool = False,
     ) -> tuple[StoredDelivery | None, StoredDelivery | None]:
-        """``enqueue`` under the node budget: (the stored delivery or None, the delivery it displaced or None)."""
+        """``enqueue`` under the node budget (``close``: counted as a close match): (the stored delivery or
+        None, the delivery it displaced or None)."""
         if delivery_id in self._ids:
             return None, None
         node_id = delivery_id.partition(":")[2]
-        key = (node_id, budget.window(delivered_at))
+        key = (node_id, budget.window(delivered_at), close)
         if delivery_id in self._withheld.get(key, ()):
             return None, None
         self._forget_windows_before(key[1])
         kept = self._kept.setdefault(key, [])
         displaced = None
-        if len(kept) >= budget.limit:
+        if len(kept) >= budget.of(close):
             unseen = max(self.cursor, self.served)
             replaceable = [d for d in kept if unseen < d.seq <= self.committed and d.delivery_id in self._ids]
             worst = min(replaceable, key=lambda d: (d.score, -d.seq), default=None)
@@ -150,9 +167,10 @@ class AgentInbox:
 
     def withheld(self, stored: StoredDelivery, budget: Budget) -> int:
         """How many deliveries of ``stored``'s node and window lost to the budget (0 when none)."""
-        return len(self._withheld.get((stored.node_id, budget.window(stored.delivered_at)), ()))
+        window = budget.window(stored.delivered_at)
+        return sum(len(self._withheld.get((stored.node_id, window, close), ())) for close in (False, True))
 
-    def _withhold(self, key: tuple[str, int], delivery_id: str) -> None:
+    def _withhold(self, key: tuple[str, int, bool], delivery_id: str) -> None:
         ids = self._withheld.setdefault(key, set())
         if len(ids) < MAX_WITHHELD_IDS:
             ids.add(delivery_id)
@@ -173,9 +191,9 @@ class AgentInbox:
             del self.deliveries[i]
         self._ids.discard(stored.delivery_id)
 
-    def track(self, stored: StoredDelivery, budget: Budget) -> None:
+    def track(self, stored: StoredDelivery, budget: Budget, close: bool = False) -> None:
         """Count a reloaded delivery against its node's window (after ``restore``)."""
-        key = (stored.node_id, budget.window(stored.delivered_at))
+        key = (stored.node_id, budget.window(stored.delivered_at), close)
         self._forget_windows_before(key[1])
         if key[1] >= self._latest_window - 1:
             self._kept.setdefault(key, []).append(stored)

@@ -19,7 +19,7 @@ from typing import Any
 
 from mesh.model import Cell
 from mesh.times import rfc3339
-from mesh.walk import Reach
+from mesh.walk import Criterion, Reach
 
 
 def diff_json(cell: Cell, diff_id: str, energy: float) -> str:
@@ -77,6 +77,14 @@ def with_withheld(members: str, withheld: int) -> str:
     return f'{members[:-1]},"withheld":{withheld}}}' if withheld else members
 
 
+CLOSE_MATCH_MEMBER = f'"criterion":"{Criterion.CLOSE_MATCH.value}"'
+
+
+def is_close_match(members: str) -> bool:
+    """Whether a stored item passed as a close match (what the node budget counts apart)."""
+    return CLOSE_MATCH_MEMBER in members
+
+
 def render_item(seq: int, members: str) -> str:
     """One ``SeqInboxItem`` as JSON text (a pull page's element, a stream's text frame)."""
     return f'{{"delivery_seq":{seq},{members}}}'
@@ -92,7 +100,8 @@ class InboxDelivery:
     project_id: str
     score: float
     members: str
-    delivered_at: float = 0.0  # epoch seconds
+    delivered_at: float  # epoch seconds: the budget window and the retention age count from it
+    close: bool = False  # passed as a close match (its own budget count)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,9 @@ Every neighbour examined gets exactly one outcome:
 A leaf matches when the diff stands out for *that* node: its ``standing``,
 ``(relevance - mean) / sd`` over the relevance of the tenant's recent writes to
 the node (its owner keeps those statistics, :mod:`mesh.standing`), is at least
-``standout``; or the relevance is at least ``close_match`` whatever the
-standing. One fixed cosine cannot tell "nothing relevant yet" from "relevant,
+``standout`` and its relevance at least ``standout_floor`` (a statistic
+alone would let the top few percent of pure noise through); or the relevance is
+at least ``close_match`` whatever the standing. One fixed cosine cannot tell "nothing relevant yet" from "relevant,
 but this model scores this interest low"; a node's own distribution can.
 
 ``cost = min_cost + (max_cost - min_cost) * (1 - relevance)``: hop cost falls
@@ -78,6 +79,7 @@ class EnergyPolicy:
     leaf_fan_out: int = 8
     standout: float = 2.0
     close_match: float = 0.6
+    standout_floor: float = 0.2
 
     def initial_energy(self, salience: float) -> float:
         return self.base_energy + self.salience_energy * min(1.0, max(0.0, salience))
@@ -88,15 +90,15 @@ class EnergyPolicy:
 
     def passes(self, cand: Candidate) -> Criterion | None:
         """The criterion a candidate passes on relevance (None: pruned). Scenes face ``gate``; a leaf
-        passes with a ``standing`` of ``standout`` or more, or a relevance of ``close_match`` or more
-        (and always needs a positive relevance)."""
+        passes with a relevance of ``close_match`` or more, or with a ``standing`` of ``standout`` or more
+        and a relevance of at least ``standout_floor`` (and always needs a positive relevance)."""
         if cand.kind is NodeKind.SCENE:
             return Criterion.GATE if cand.relevance >= self.gate else None
         if cand.relevance <= 0.0:
             return None
         if cand.relevance >= self.close_match:
             return Criterion.CLOSE_MATCH
-        if cand.standing is not None and cand.standing >= self.standout:
+        if cand.standing is not None and cand.standing >= self.standout and cand.relevance >= self.standout_floor:
             return Criterion.STANDOUT
         return None
 

@@ -3,7 +3,9 @@ deliveries explain themselves, and leaf statistics stay in their tenant and surv
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +16,7 @@ from actors.beacon_set import BeaconSet, BeaconSetConfig
 from actors.storage import StorageConfig
 from head.facade import Memesh
 from mesh.model import Beacon, CellType, NewCell
+from mesh.seam import inbox_index
 from mesh.walk import NeighbourRequest
 from tests.unit.test_propagation import agent, drain, settle
 
@@ -21,7 +24,7 @@ DIMS = 8
 
 
 async def test_a_flooded_beacon_gets_its_budget_of_the_best_and_a_marker(make_core: Callable[..., Memesh]) -> None:
-    core = make_core(propagation={"node_budget": 3})
+    core = make_core(propagation={"node_budget": 3, "close_match_budget": 3})
     listener, _ = await agent(core, role="Reader")
     writer, _ = await agent(core)
     await core.inbox.place_beacon(listener, "kafka consumer lag on the payments cluster")
@@ -41,7 +44,7 @@ async def test_a_flooded_beacon_gets_its_budget_of_the_best_and_a_marker(make_co
     items = (await drain(core, listener))["items"]
     scores = sorted((i["delivery"]["score"] for i in items), reverse=True)
     assert len(items) == 3, "the budget is 3 a window"
-    shard = core.directory.inbox_shard(0)
+    shard = core.directory.inbox_shard(inbox_index(core.directory, listener.agent_id))  # the listener's shard
     health = await shard.health()
     lost = health["budget_displaced"] + health["budget_withheld"]
     assert lost >= 1, "more than three passed the match rule: the test would not exercise the budget"
@@ -58,7 +61,7 @@ async def test_a_flooded_beacon_gets_its_budget_of_the_best_and_a_marker(make_co
 
 
 async def test_a_served_delivery_is_never_taken_back(make_core: Callable[..., Memesh]) -> None:
-    core = make_core(propagation={"node_budget": 1})
+    core = make_core(propagation={"node_budget": 1, "close_match_budget": 1})
     listener, _ = await agent(core, role="Reader")
     writer, _ = await agent(core)
     await core.inbox.place_beacon(listener, "terraform state lock")
@@ -70,6 +73,22 @@ async def test_a_served_delivery_is_never_taken_back(make_core: Callable[..., Me
     again = (await drain(core, listener, since=0))["items"]
     assert [i["diff"]["cell_id"] for i in again] == [i["diff"]["cell_id"] for i in first]
     assert again[0]["delivery"]["withheld"] == 1
+    await core.close()
+
+
+async def test_the_budget_window_moves_with_the_clock(make_core: Callable[..., Memesh]) -> None:
+    """Deliveries carry the time they were made: a full window does not hold the next one."""
+    core = make_core(propagation={"node_budget": 1, "close_match_budget": 1, "budget_window_s": 1.0})
+    listener, _ = await agent(core, role="Reader")
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "grafana alert routing")
+    for text in ("grafana alert routing changed", "grafana alert routing"):
+        await asyncio.sleep(1.0 - time.time() % 1.0 + 0.05)  # the start of a fresh one-second window
+        await core.memory.write_cells(writer, [NewCell(content=text, cell_type=CellType.FACT)])
+        await settle(core)
+    items = (await drain(core, listener))["items"]
+    assert sorted(i["diff"]["content"] for i in items) == ["grafana alert routing", "grafana alert routing changed"]
+    assert all("withheld" not in i["delivery"] for i in items)
     await core.close()
 
 

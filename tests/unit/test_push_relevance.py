@@ -66,6 +66,7 @@ def test_the_match_rule() -> None:
     assert p.passes(leaf(0.4, 1.4)) is None  # above the scene gate, but usual for this node
     assert p.passes(leaf(0.65, -1.0)) is Criterion.CLOSE_MATCH  # a close match whatever the node usually sees
     assert p.passes(leaf(-0.1, 9.0)) is None  # never a negative relevance
+    assert p.passes(leaf(0.15, 9.0)) is None  # noise standing out from noise: under ``standout_floor``
     assert p.passes(Candidate("s1", NodeKind.SCENE, 0.5, 0.31)) is Criterion.GATE
     assert p.passes(Candidate("s1", NodeKind.SCENE, 0.5, 0.29)) is None
 
@@ -141,7 +142,22 @@ def test_budget_state_of_old_windows_leaves_memory() -> None:
     rng = random.Random(3)
     for second in range(500):
         inbox.enqueue_within(budget, f"x{second}:b{rng.randrange(50)}", f"x{second}", "p", 0.5, "m", float(second))
-    assert {w for _, w in inbox._kept} <= {498, 499}
+    assert {window for _, window, _ in inbox._kept} <= {498, 499}
+
+
+def test_close_matches_are_counted_apart_from_standouts() -> None:
+    """A flood of inferred matches never crowds out a direct hit; direct hits have their own bound."""
+    inbox, budget = AgentInbox(), Budget(limit=2, window_s=60.0, close_limit=3)
+    for n in range(5):  # five standouts, served at once: the budget of 2 is spent
+        inbox.enqueue_within(budget, f"s{n}:b1", f"s{n}", "p", 0.3, "m", 10.0)
+        inbox.commit(inbox.last_seq)
+        inbox.pull(None, None, None, 10, lambda _: True)
+    for n in range(5):  # then five close matches, unserved: their own count of 3, the best kept
+        inbox.enqueue_within(budget, f"c{n}:b1", f"c{n}", "p", 0.7 + n / 100, "m", 10.0, close=True)
+        inbox.commit(inbox.last_seq)
+    ids = [d.delivery_id for d in inbox.deliveries]
+    assert ids == ["s0:b1", "s1:b1", "c2:b1", "c3:b1", "c4:b1"]
+    assert inbox.withheld(inbox.deliveries[0], budget) == 3 + 2  # both counts in the marker
 
 
 def test_the_marker_goes_inside_the_delivery_object() -> None:
