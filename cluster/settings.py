@@ -169,7 +169,7 @@ class PropagationSettings(_Section):
     # Leaves (beacons, agent nodes): their own quota per frontier node, and the match rule (mesh/standing.py)
     leaf_fan_out: int = Field(8, ge=0, le=256)
     standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs
-    close_match: float = Field(0.6, ge=-1, le=1.01)  # relevance at which a leaf matches whatever its standing
+    close_match: float = Field(0.65, ge=-1, le=1.01)  # relevance at which a leaf matches whatever its standing
     standout_floor: float = Field(0.2, ge=-1, le=1)  # relevance a standout also needs (noise never stands out)
     standing_prior_mean: float = Field(0.1, ge=-1, le=1)
     standing_prior_sd: float = Field(0.1, gt=0, le=2)

@@ -78,7 +78,7 @@ class EnergyPolicy:
     max_hops: int = 16
     leaf_fan_out: int = 8
     standout: float = 2.0
-    close_match: float = 0.6
+    close_match: float = 0.65
     standout_floor: float = 0.2
 
     def initial_energy(self, salience: float) -> float:
