@@ -51,7 +51,9 @@ class InProcessDirectory(TypedDirectory):
         name = kind.actor_name(index)
         return LocalActor(self.instances[name], kind, name)
 
-    async def close(self) -> None:
+    async def close(self, last: bool = True) -> None:
         """Drain every actor's pending work (its tables may then be opened by another owner)."""
+        if not last:
+            return
         for actor in every_actor(self):
             await actor.close()

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from actors.audit_log import AuditLog
 from actors.beacon_set import BeaconSet
+from actors.head_roster import HeadRoster
 from actors.inbox_shard import InboxShard
 from actors.observatory import Observatory
 from actors.registry import Registry
@@ -21,6 +22,7 @@ from actors.scene_shard import SceneShard
 from mesh.seam import (
     AuditLogActor,
     BeaconSetActor,
+    HeadRosterActor,
     InboxShardActor,
     ObservatoryActor,
     RegistryActor,
@@ -53,6 +55,7 @@ INBOX_SHARD: ActorKind[InboxShardActor] = ActorKind("inbox_shard", InboxShard, _
 REGISTRY: ActorKind[RegistryActor] = ActorKind("registry", Registry, _methods(RegistryActor), False)
 OBSERVATORY: ActorKind[ObservatoryActor] = ActorKind("observatory", Observatory, _methods(ObservatoryActor), False)
 AUDIT_LOG: ActorKind[AuditLogActor] = ActorKind("audit_log", AuditLog, _methods(AuditLogActor), False)
+HEAD_ROSTER: ActorKind[HeadRosterActor] = ActorKind("head_roster", HeadRoster, _methods(HeadRosterActor), False)
 
 
 def _conforming(
@@ -62,8 +65,9 @@ def _conforming(
     registry: Registry,
     observatory: Observatory,
     audit_log: AuditLog,
-) -> tuple[SceneShardActor, BeaconSetActor, InboxShardActor, RegistryActor, ObservatoryActor, AuditLogActor]:
-    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log
+    head_roster: HeadRoster,
+) -> tuple[SceneShardActor, BeaconSetActor, InboxShardActor, RegistryActor, ObservatoryActor, AuditLogActor, HeadRosterActor]:
+    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster
 
 
 class ActorProxy:
@@ -113,3 +117,6 @@ class TypedDirectory:
 
     def audit_log(self) -> AuditLogActor:
         return cast(AuditLogActor, self.proxy(AUDIT_LOG))
+
+    def head_roster(self) -> HeadRosterActor:
+        return cast(HeadRosterActor, self.proxy(HEAD_ROSTER))

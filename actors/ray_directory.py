@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory
-from mesh.errors import ConfigInvalid, InternalError, MemeshError, TimedOut, Unavailable
+from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
 from mesh.seam import DirectorySpec, every_actor
 
 _ACTOR_OPTIONS: dict[str, Any] = {
@@ -62,20 +62,21 @@ class RayDirectory(TypedDirectory):
     by name, lazily (what actors use to reach each other).
     """
 
-    def __init__(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None) -> None:
+    def __init__(
+        self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None, detached: bool = False
+    ) -> None:
+        """Several heads may build one with the same ``plan``: the first creates the actors, the others
+        attach to them (``get_if_exists``). ``detached`` actors outlive the head that created them (heads
+        joined to a Ray cluster come and go); otherwise they share that head's fate (one machine)."""
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
         self._handles: dict[str, Any] = {}
-        if plan:
-            try:
-                ray.get_actor(next(iter(plan)), namespace=spec.namespace)
-            except ValueError:
-                pass  # nobody runs this deployment yet: create it
-            else:
-                raise ConfigInvalid(f"another memesh head already runs in Ray namespace {spec.namespace!r}")
+        lifetime = {"lifetime": "detached"} if detached else {}
         for name, (cls, args) in (plan or {}).items():
-            options: Any = ray.remote(cls).options(name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS)
+            options: Any = ray.remote(cls).options(
+                name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **lifetime
+            )
             self._handles[name] = options.remote(*args)
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> RayActor:
@@ -88,7 +89,11 @@ class RayDirectory(TypedDirectory):
                 raise Unavailable(f"{name} is not running") from exc
         return RayActor(handle, kind, name)
 
-    async def close(self) -> None:
+    async def close(self, last: bool = True) -> None:
+        """The last head drains and stops every actor; another head only lets go of its handles."""
+        if not last:
+            self._handles.clear()
+            return
         actors = every_actor(self)
         with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain
             await asyncio.wait_for(asyncio.gather(*(a.close() for a in actors), return_exceptions=True), 30)
@@ -118,6 +123,11 @@ def connect(address: str | None, namespace: str) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+
+
+def gcs_address() -> str:
+    """The address other processes join this Ray cluster with (``ray.init(address=...)``)."""
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def shutdown() -> None:

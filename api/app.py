@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse
 
 from api.a2a.card import A2aConfig
@@ -54,12 +54,15 @@ def create_app(
         return JSONResponse(openapi_doc)
 
     @app.get("/healthz", response_model=HealthOut, include_in_schema=False)
-    async def healthz() -> Any:
+    async def healthz(response: Response) -> Any:
+        """No tenant data without a key: the actors, live heads and engine; ``x-memesh-head`` names the
+        head that answered (behind a load balancer, which one a connection reached)."""
         try:
             health = await memesh.health(cached=True)
-            detail = {"actors": health["actors"], "embedding_engine": health["embedding_engine"]}  # no tenant data without a key
+            detail = {"actors": health["actors"], "heads": health["heads"], "embedding_engine": health["embedding_engine"]}
         except MemeshError as exc:
             return error_response(503, ErrorCode.UNAVAILABLE, exc.message)
+        response.headers["x-memesh-head"] = memesh.heads.head_id
         return HealthOut(status="ok", version=API_VERSION, detail=detail)
 
     app.include_router(published_keys_router)  # the erasure-receipt public keys, for anyone to verify with

@@ -33,6 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
         ("server", "grpc_data_port", args.grpc_data_port),
         ("storage", "data_dir", args.data_dir),
         ("embedding", "engine", args.engine),
+        ("heads", "workers", args.workers),
     ):
         if value is not None:
             overrides.setdefault(section, {})[key] = value
@@ -187,6 +188,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-data-port", type=int)
     serve.add_argument("--data-dir")
     serve.add_argument("--engine", choices=["minilm", "minilm-onnx", "hash"])
+    serve.add_argument("--workers", type=int, help="head processes on this machine, sharing the ports (default 1)")
     serve.set_defaults(func=_serve)
 
     admin = sub.add_parser("admin", help="operator client of the gRPC admin service")

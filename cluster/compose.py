@@ -15,6 +15,7 @@ from typing import Any
 from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
 from actors.directory import InProcessDirectory
+from actors.head_roster import HeadRoster, HeadRosterConfig
 from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
 from actors.observatory import Observatory, ObservatoryConfig
 from actors.propagation import PropagationConfig
@@ -101,6 +102,7 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))
     plan["audit_log"] = (AuditLog, (AuditLogConfig(storage),))
+    plan["head_roster"] = (HeadRoster, (HeadRosterConfig(settings.heads.lease_s),))  # heads fence on the same lease
     return plan
 
 
@@ -112,7 +114,9 @@ def build_directory(settings: Settings, dims: int) -> Directory:
     from actors.ray_directory import RayDirectory, RayLookup, connect
 
     connect(settings.ray.address, settings.ray.namespace)
-    return RayDirectory(spec, actor_plan(settings, dims, RayLookup(spec)))
+    # ``ray.detached``: heads joined to a Ray cluster come and go, the actors outlive the head that made
+    # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
+    return RayDirectory(spec, actor_plan(settings, dims, RayLookup(spec)), settings.ray.detached)
 
 
 def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
@@ -171,6 +175,8 @@ def build_memesh(settings: Settings) -> Memesh:
         quotas=Quotas(quotas.max_cells_per_tenant, quotas.max_beacons_per_tenant, quotas.max_bytes_per_tenant, quotas.refresh_s),
         bootstrap_subject=settings.admin.bootstrap_oidc_subject,
         health_cache_s=settings.server.health_cache_s,
+        heads_lease_s=settings.heads.lease_s,
+        heads_poll_s=settings.heads.poll_s,
     )
 
 

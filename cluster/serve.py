@@ -1,9 +1,17 @@
 """``memesh serve``: REST and gRPC on one event loop, over Ray actors.
 
 Start-up order: settings -> Ray (local, or joined with ``ray.address``) ->
-actors -> bootstrap admin key -> embedding warm-up -> listeners. Shutdown on
-SIGINT or SIGTERM: stop accepting, drain in-flight requests, stop gRPC, kill
-this deployment's actors, disconnect from Ray (a local Ray is stopped).
+actors -> bootstrap admin key -> embedding warm-up -> the head roster ->
+listeners. Shutdown on SIGINT or SIGTERM: stop accepting, drain in-flight
+requests, stop gRPC, leave the roster; the last head of the deployment also
+drains and stops its actors; disconnect from Ray (a local Ray is stopped).
+
+Several heads: any number of ``memesh serve`` processes joined to one Ray
+cluster (``ray.address``) serve one deployment; ``--workers N`` (``heads.workers``)
+starts N heads on this machine: this process, then N - 1 more attached to its
+Ray, all listening on the same ports (``SO_REUSEPORT``: the kernel spreads
+connections). The first head's Ray owns the actors, so the others stop when it
+is gone, and it stops them when it stops.
 """
 
 from __future__ import annotations
@@ -12,8 +20,11 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import grpc
 import uvicorn
@@ -53,10 +64,40 @@ async def serve(settings: Settings) -> None:
             print(f"memesh: bootstrap ServiceAdmin key written to {key_path.resolve()}", flush=True)
         await memesh.embedder.warm_up()
         await memesh.health(timeout_s=60.0)
-        await _listen(settings, memesh)
+        heads = await memesh.join_heads()
+        log.info("head %s joined; %d live heads", memesh.heads.head_id, heads)
+        with workers(settings):
+            await _listen(settings, memesh)
     finally:
-        await memesh.close()
+        await memesh.close(owner=settings.ray.address is None)  # a local Ray's owner stops what runs on it
         _disconnect(settings)
+
+
+@contextmanager
+def workers(settings: Settings) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start ``heads.workers - 1`` more heads attached to this head's Ray (same flags and settings);
+    stop them (SIGTERM, then SIGKILL after 30 s) before this head stops."""
+    extra = settings.heads.workers - 1 if not settings.heads.attached else 0
+    if extra and (settings.server.port == 0 or settings.server.grpc_data_port == 0 or settings.server.grpc_port == 0):
+        raise ConfigInvalid("heads.workers above 1 needs fixed ports (the heads share them)")
+    spawned: list[subprocess.Popen[bytes]] = []
+    if extra:
+        from actors.ray_directory import gcs_address
+
+        env = {**os.environ, "MEMESH_RAY__ADDRESS": gcs_address(), "MEMESH_HEADS__ATTACHED": "true"}
+        for _ in range(extra):
+            spawned.append(subprocess.Popen([sys.executable, "-m", "cluster.cli", *sys.argv[1:]], env=env))
+    try:
+        yield spawned
+    finally:
+        for child in spawned:
+            child.terminate()
+        for child in spawned:
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
 
 
 def console_config(settings: Settings) -> ConsoleConfig | None:
@@ -106,6 +147,7 @@ def data_plane_config(settings: Settings) -> DataPlaneConfig | None:
         max_message_bytes=server.max_body_bytes,
         request_timeout_s=server.request_timeout_s,
         max_concurrent_rpcs=settings.limits.max_inbox_streams + 1024,  # every stream, and room for unary calls beside
+        share_port=_shares_ports(settings),
     )
 
 
@@ -116,6 +158,33 @@ def _disconnect(settings: Settings) -> None:
         shutdown()
 
 
+def _shares_ports(settings: Settings) -> bool:
+    """The heads ``--workers`` starts share this machine's ports; a lone head refuses a port already held."""
+    return settings.heads.workers > 1 or settings.heads.attached
+
+
+def _shared_socket(host: str, port: int) -> socket.socket:
+    """A listening socket other heads of this machine may bind too (``SO_REUSEPORT``)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _watch_first_head(server: uvicorn.Server) -> None:
+    """An attached head stops when the head that started it is gone (its Ray and actors went with it)."""
+    parent = os.getppid()
+    while not server.should_exit:
+        if os.getppid() != parent:
+            log.warning("the first head is gone: stopping")
+            server.should_exit = True
+        await asyncio.sleep(0.5)
+
+
 async def _listen(settings: Settings, memesh: Memesh) -> None:
     grpc_server: grpc.aio.Server | None = None
     data_plane: DataPlane | None = None
@@ -124,7 +193,7 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal grpc_server, data_plane
         if settings.server.grpc_enabled:
-            grpc_server = grpc.aio.server()
+            grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", int(_shares_ports(settings)))])
             add_admin_service(grpc_server, memesh)
             address = f"{settings.server.grpc_host}:{settings.server.grpc_port}"
             server_settings = settings.server
@@ -188,7 +257,13 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.handle_exit, sig, None)
     server.capture_signals = _no_capture  # type: ignore[method-assign,assignment]
-    await server.serve()
+    sockets = [_shared_socket(settings.server.host, settings.server.port)] if _shares_ports(settings) else None
+    watch = asyncio.create_task(_watch_first_head(server)) if settings.heads.attached else None
+    try:
+        await server.serve(sockets=sockets)
+    finally:
+        if watch is not None:
+            watch.cancel()
     if not server.started:
         raise ConfigInvalid(f"could not listen on {settings.server.host}:{settings.server.port}")
 

@@ -104,6 +104,7 @@ class RaySettings(_Section):
     beacon_sets: int = Field(2, ge=1, le=1024)
     inbox_shards: int = Field(2, ge=1, le=1024)
     in_process: bool = False  # run every actor inside the server process (no Ray); for notebooks and debugging
+    detached: bool = False  # actors outlive the head that made them: for several heads joined to one cluster
 
 
 class EmbeddingSettings(_Section):
@@ -348,6 +349,15 @@ class RetentionSettings(_Section):
     sweep_interval_s: float = Field(60.0, ge=0)  # 0: no periodic sweep (tests)
 
 
+class HeadsSettings(_Section):
+    """Several heads of one deployment (docs/scaling.md): how credential changes reach them all."""
+
+    workers: int = Field(1, ge=1, le=64)  # head processes ``memesh serve`` runs on this machine (--workers)
+    lease_s: float = Field(3.0, gt=0, le=60)  # a head not heard from this long is not waited for (and fences)
+    poll_s: float = Field(1.0, gt=0, le=30)  # a head's long poll of the roster; below lease_s (else refused at start)
+    attached: bool = False  # set by ``--workers`` for the heads it starts beside the first (not for operators)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MEMESH_", env_nested_delimiter="__", extra="forbid", frozen=True)
 
@@ -355,6 +365,7 @@ class Settings(BaseSettings):
     server: ServerSettings = ServerSettings()
     storage: StorageSettings = StorageSettings()
     ray: RaySettings = RaySettings()
+    heads: HeadsSettings = HeadsSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
     pull: PullSettings = PullSettings()
     propagation: PropagationSettings = PropagationSettings()

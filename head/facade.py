@@ -33,6 +33,7 @@ from head.inbox_service import InboxLimits, InboxService
 from head.memory_service import MemoryLimits, MemoryService
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from head.reembed import ReembedRunner
+from head.roster_link import RosterLink
 from head.usage import Quotas, UsageLedger
 from mesh.errors import MemeshError, Unauthorized, Unavailable
 from mesh.identity import Principal
@@ -72,6 +73,8 @@ class Memesh:
         quotas: Quotas = Quotas(),
         bootstrap_subject: str | None = None,
         health_cache_s: float = 1.0,
+        heads_lease_s: float = 3.0,
+        heads_poll_s: float = 1.0,
     ) -> None:
         """``signer`` signs erasure certificates; ``reembed_target`` makes the configured engine a
         reembed moves the corpus to (default: the serving engine, re-run in place)."""
@@ -83,6 +86,8 @@ class Memesh:
             directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches
         )
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
+        self.heads = RosterLink(directory.head_roster, self.identity.changed_elsewhere, heads_lease_s, heads_poll_s, monotonic)
+        self.identity.fence = self.heads
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)
         self.data = DataService(directory, ids, clock, signer, embedder.gate)
@@ -103,15 +108,17 @@ class Memesh:
         """The principal of ``key`` (Unauthorized when none). A refused key charges ``client``'s
         ``AuthFailures`` bucket; an address whose bucket is empty is RateLimited before any lookup of
         a key this head does not hold already (a known key is never refused for its neighbours)."""
+        if not self.heads.started:
+            await self.join_heads(2.0)  # once: the cache is trusted only after the roster first answered
         known = self.identity.cached(key)
         if known is not None:
             return known
         address = client or "unknown"
-        self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic())
+        self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic(), self._share)
         try:
             return await self.identity.authenticate(key)
         except Unauthorized:
-            self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic())
+            self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic(), share=self._share)
             raise
 
     async def admit(self, key: str | None, bucket: Bucket, client: str | None = None, cost: float = 1.0) -> Principal:
@@ -125,11 +132,11 @@ class Memesh:
 
     def charge(self, principal: Principal, bucket: Bucket, cost: float = 1.0) -> None:
         """Take ``cost`` tokens of ``bucket`` from the caller, or raise RateLimited with Retry-After."""
-        self._buckets.charge(bucket.value, principal.agent_id, self._monotonic(), cost)
+        self._buckets.charge(bucket.value, principal.agent_id, self._monotonic(), cost, self._share)
 
     def charge_address(self, address: str, bucket: Bucket) -> None:
         """Charge an unauthenticated caller by its address (a console login not yet made)."""
-        self._buckets.charge(bucket.value, f"address:{address}", self._monotonic())
+        self._buckets.charge(bucket.value, f"address:{address}", self._monotonic(), share=self._share)
 
     async def health(self, timeout_s: float = 5.0, cached: bool = False) -> dict[str, Any]:
         """Each actor's own figures; Unavailable when one does not answer in time. With ``cached`` (what the
@@ -169,13 +176,29 @@ class Memesh:
             "sessions": answers[registry_at].get("sessions", 0),
             "skipped_rows": sum(a.get("skipped_rows", 0) for a in answers),
             "actors": len(answers),
+            "heads": answers[-1].get("heads", 1),
             "embedding_engine": self.embedder.name,
         }
 
-    async def close(self) -> None:
+    @property
+    def _share(self) -> float:
+        """This head's share of every rate limit: the live heads split each limit evenly (docs/scaling.md)."""
+        return 1.0 / self.heads.heads
+
+    async def join_heads(self, timeout_s: float = 10.0) -> int:
+        """Start polling the head roster and wait for its first answer (at most ``timeout_s``: the head
+        then serves fenced, without its principal cache, until the roster answers); the live heads."""
+        self.heads.start()
+        await self.heads.joined(timeout_s)
+        return self.heads.heads
+
+    async def close(self, owner: bool = True) -> None:
+        """Stop this head; the last head of the deployment (or the ``owner`` of the Ray the actors run
+        on) also drains and stops the actors."""
+        others = await self.heads.close()
         await self.observatory.close()
         await self.reembed.wait(60.0)
         await self.data.wait_idle(60.0)
         await self.memory.close()
         self.embedder.close()
-        await self.directory.close()
+        await self.directory.close(last=owner or others == 0)

@@ -5,8 +5,11 @@ Guarantees:
   raises Unauthorized; it never reads identity from anything but the key.
 - The principal cache is invalidated synchronously by revoke, rotate and
   suspend before they return, so the very next request with the old key is
-  refused. (Entries also expire after ``cache_ttl_s``, which bounds staleness
-  when several head processes share one registry.)
+  refused, at this head and at every other head of the deployment: the change
+  is published through the head roster (``fence``, :mod:`head.roster_link`)
+  and the call returns only when every live head has dropped it. A head that
+  has lost the roster uses no cache at all (every request asks the registry)
+  until it is back. Entries also expire after ``cache_ttl_s``.
 - Authority follows spec section 5: a ProjectAdmin is confined to its tenant
   (reads outside it are 404, mutations 403); non-admins are refused before any
   dispatch.
@@ -37,7 +40,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from head.audit import record
 from mesh.audit import AuditKind
@@ -60,6 +63,7 @@ from mesh.identity import (
     transition,
 )
 from mesh.ids import Clock, IdSource
+from mesh.roster import EVERYTHING
 from mesh.seam import Directory
 
 log = logging.getLogger(__name__)
@@ -90,6 +94,24 @@ class IssuedCredential:
     plaintext_secret: str
 
 
+class CacheFence(Protocol):
+    """What makes this head's principal cache safe beside other heads (:class:`head.roster_link.RosterLink`)."""
+
+    def fresh(self) -> bool: ...
+
+    async def publish(self, agent_id: str) -> None: ...
+
+
+class _AloneFence:
+    """One head, nobody to tell: the cache is always safe."""
+
+    def fresh(self) -> bool:
+        return True
+
+    async def publish(self, agent_id: str) -> None:
+        return None
+
+
 class IdentityService:
     def __init__(
         self,
@@ -112,10 +134,13 @@ class IdentityService:
         self._refused: OrderedDict[str, float] = OrderedDict()  # key hash -> until (monotonic)
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._epoch = 0  # bumped by every invalidation; an answer fetched across a bump is not cached
+        self.fence: CacheFence = _AloneFence()
 
     def cached(self, key: str | None) -> Principal | None:
         """The principal of ``key`` when this head holds it (no registry call), else None."""
         if not key or not looks_like_key(key):
+            return None
+        if not self.fence.fresh():
             return None
         cached = self._cache.get(hash_key(key))
         return cached[0] if cached is not None and cached[1] > self._monotonic() else None
@@ -124,14 +149,15 @@ class IdentityService:
         if not key or not looks_like_key(key):
             raise Unauthorized("a valid x-service-key is required")
         key_hash = hash_key(key)
-        cached = self._cache.get(key_hash)
         now = self._monotonic()
+        trusted = self.fence.fresh()
+        cached = self._cache.get(key_hash) if trusted else None
         if cached is not None and cached[1] > now:
             return cached[0]
-        refused = self._refused.get(key_hash)
+        refused = self._refused.get(key_hash) if trusted else None
         if refused is not None and refused > now:
             raise Unauthorized("a valid x-service-key is required")
-        epoch = self._epoch
+        epoch = self._epoch if trusted else -1  # a fenced head caches nothing
         principal: Principal | None = await self._dir.registry().authenticate(key_hash)
         if principal is None:
             self._cache.pop(key_hash, None)
@@ -149,6 +175,20 @@ class IdentityService:
         self._cache[key_hash] = (principal, now + self._ttl)
         self._hashes_of.setdefault(principal.agent_id, set()).add(key_hash)
         return principal
+
+    def changed_elsewhere(self, agent_ids: list[str]) -> None:
+        """Another head changed these agents' credentials or status (``"*"``: possibly anyone's)."""
+        for agent_id in agent_ids:
+            if agent_id == EVERYTHING:
+                self._epoch += 1
+                self._cache.clear()
+                self._hashes_of.clear()
+                self._refused.clear()
+                for events in self._watchers.values():
+                    for event in events:
+                        event.set()
+            else:
+                self._invalidate(agent_id)
 
     def _invalidate(self, agent_id: str) -> None:
         self._epoch += 1
@@ -275,6 +315,7 @@ class IdentityService:
             agent, plaintext = await self._after_row(actor, _ACTION_KINDS[action], agent_id, change)
         finally:
             self._invalidate(agent_id)
+            await self.fence.publish(agent_id)  # every other head has dropped it before this returns
         return agent, plaintext
 
     # ------------------------------------------------------- federated subjects

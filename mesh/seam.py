@@ -253,6 +253,18 @@ class ObservatoryActor(Actor, Protocol):
     async def stats(self) -> dict[str, int]: ...
 
 
+class HeadRosterActor(Actor, Protocol):
+    """The heads of the deployment and the credential changes each must hear (``mesh.roster``)."""
+
+    async def poll(self, head_id: str, seen: int, timeout_s: float) -> tuple[int, list[str], int]: ...
+
+    async def publish(self, agent_id: str, timeout_s: float, publisher: str = "") -> int: ...
+
+    async def leave(self, head_id: str) -> int: ...
+
+    async def heads(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DirectorySpec:
     """Where a deployment's actors are: its namespace and partition counts (picklable)."""
@@ -278,10 +290,12 @@ class Directory(Protocol):
 
     def observatory(self) -> ObservatoryActor: ...
 
+    def head_roster(self) -> HeadRosterActor: ...
+
     def audit_log(self) -> AuditLogActor: ...
 
-    async def close(self) -> None:
-        """Drain every actor's pending work."""
+    async def close(self, last: bool = True) -> None:
+        """Drain every actor's pending work; ``last`` false (other heads still serve): only let go."""
         ...
 
 
@@ -316,4 +330,5 @@ def every_actor(directory: Directory) -> list[Actor]:
         directory.registry(),
         directory.observatory(),
         directory.audit_log(),
+        directory.head_roster(),
     ]

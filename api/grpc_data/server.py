@@ -56,6 +56,7 @@ class DataPlaneConfig:
     max_message_bytes: int = 4 * 1024 * 1024
     max_concurrent_rpcs: int = 1024
     request_timeout_s: float = 30.0  # each unary call, as server.request_timeout_s bounds a /v1 request
+    share_port: bool = False  # the heads of ``--workers`` share the port (SO_REUSEPORT); otherwise it is refused
 
     @property
     def tls(self) -> bool:
@@ -115,7 +116,7 @@ async def start_data_plane(memesh: Memesh, config: DataPlaneConfig) -> DataPlane
     server = grpc.aio.server(
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[
-            ("grpc.so_reuseport", 0),  # a port another process holds is refused, never shared with it
+            ("grpc.so_reuseport", int(config.share_port)),  # else a port another process holds is refused
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),

@@ -1,0 +1,94 @@
+"""HeadRoster: the heads of a deployment, and credential changes that reach every head's cache before they return.
+
+Guarantees (the rules are :class:`mesh.roster.Roster`'s):
+- ``publish`` answers once every live head has acknowledged the change (its
+  next poll after the change says so), or once a head that does not answer
+  has stopped being live (``lease_s`` without a poll); a head fences its cache
+  on the same lease, so no head serves a stale principal after ``publish``
+  returns.
+- ``poll`` answers at once when changes wait for the head, and otherwise after
+  at most ``timeout_s``, so a head's lease is renewed well within ``lease_s``.
+- Versions start at the actor's start time in microseconds: a restarted roster
+  (empty memory) continues above every version a head holds, and a head that
+  was behind the lost log drops its whole cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+
+from mesh.errors import Unavailable
+from mesh.roster import Roster
+
+MAX_POLL_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class HeadRosterConfig:
+    lease_s: float = 3.0  # a head not heard from for this long is no longer waited for (and fences itself)
+    max_log: int = 10_000
+
+
+class HeadRoster:
+    def __init__(self, config: HeadRosterConfig) -> None:
+        self.config = config
+        self._roster = Roster(config.lease_s, config.max_log, version=int(time.time() * 1_000_000))
+        self._changed = asyncio.Condition()
+        self._acked = asyncio.Condition()
+
+    async def health(self) -> dict[str, int]:
+        return {"heads": len(self._roster.live(time.monotonic())), "version": self._roster.version, "pid": os.getpid()}
+
+    async def close(self) -> None:
+        return None
+
+    async def poll(self, head_id: str, seen: int, timeout_s: float) -> tuple[int, list[str], int]:
+        """(the version the head is now at, the agent ids changed since ``seen``, live heads)."""
+        deadline = time.monotonic() + min(max(timeout_s, 0.0), MAX_POLL_S)
+        async with self._changed:
+            while True:
+                changes = self._roster.poll(head_id, seen, time.monotonic())
+                async with self._acked:
+                    self._acked.notify_all()
+                if changes or seen < 0 or time.monotonic() >= deadline:  # a joining head hears back at once
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+        return self._roster.version, changes, len(self._roster.live(time.monotonic()))
+
+    async def publish(self, agent_id: str, timeout_s: float, publisher: str = "") -> int:
+        """Announce that ``agent_id``'s credential or status changed; answers when every live head has it.
+        Returns how many heads it waited for. A head that neither acknowledges nor stops being live
+        within ``timeout_s`` is Unavailable for the caller (it retries). ``publisher`` (the head that made
+        the change, and already dropped it from its own cache) is not waited for."""
+        async with self._changed:
+            version = self._roster.publish(agent_id)
+            self._changed.notify_all()
+
+        def lagging() -> list[str]:
+            return [h for h in self._roster.lagging(version, time.monotonic()) if h != publisher]
+
+        waited = len(lagging())
+        deadline = time.monotonic() + timeout_s
+        async with self._acked:
+            while lagging():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Unavailable(f"heads {lagging()} did not acknowledge a credential change")
+                with contextlib.suppress(TimeoutError):  # wake on each acknowledgement, and every 100 ms (leases run out)
+                    await asyncio.wait_for(self._acked.wait(), min(remaining, 0.1))
+        return waited
+
+    async def leave(self, head_id: str) -> int:
+        """``head_id`` stops serving; the live heads left."""
+        self._roster.leave(head_id)
+        async with self._acked:
+            self._acked.notify_all()
+        return len(self._roster.live(time.monotonic()))
+
+    async def heads(self) -> int:
+        return len(self._roster.live(time.monotonic()))

@@ -1,0 +1,109 @@
+"""This head's link to the deployment's HeadRoster: credential changes made at other heads, and its fence.
+
+Guarantees:
+- ``fresh()`` is true only until ``lease_s`` after this head *sent* its last
+  poll that the roster answered. The roster stops waiting for a head it has
+  not heard from for ``lease_s``, so a head that lost the roster stops
+  trusting its principal cache before any publisher stops waiting for it.
+  While not fresh, the identity service asks the registry on every request.
+- Changes another head published are applied (``on_change``) before the next
+  poll acknowledges them, so when ``publish`` at that head returns, this head
+  already refuses the old key and has woken the agent's open streams.
+- ``publish`` answers once every live head has the change. A roster that does
+  not answer is retried until ``lease_s`` has passed with no answer: by then
+  every head has fenced itself, so returning is safe.
+- ``heads`` is the number of live heads the roster last reported (at least 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+from mesh.errors import MemeshError
+from mesh.seam import HeadRosterActor
+
+log = logging.getLogger(__name__)
+
+
+class RosterLink:
+    def __init__(
+        self,
+        roster: Callable[[], HeadRosterActor],
+        on_change: Callable[[list[str]], None],
+        lease_s: float = 3.0,
+        poll_s: float = 1.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if poll_s >= lease_s:
+            raise ValueError("poll_s must be shorter than lease_s")
+        self.head_id = uuid.uuid4().hex
+        self.heads = 1
+        self._roster = roster
+        self._on_change = on_change
+        self._lease_s = lease_s
+        self._poll_s = poll_s
+        self._monotonic = monotonic
+        self._fresh_until = -1.0
+        self._seen = -1
+        self._task: asyncio.Task[None] | None = None
+        self._polled = asyncio.Event()
+
+    def fresh(self) -> bool:
+        return self._monotonic() < self._fresh_until
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="head roster poll")
+
+    async def joined(self, timeout_s: float = 10.0) -> None:
+        """Return once the first poll has been answered (or after ``timeout_s``; the head then starts fenced)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._polled.wait(), timeout_s)
+
+    async def _run(self) -> None:
+        while True:
+            sent = self._monotonic()
+            try:
+                version, changes, heads = await self._roster().poll(self.head_id, self._seen, self._poll_s)
+            except MemeshError:
+                log.warning("the head roster did not answer; principal cache off until it does", exc_info=True)
+                await asyncio.sleep(min(0.2, self._poll_s))
+                continue
+            if changes:
+                self._on_change(changes)
+            self._seen, self.heads = version, max(1, heads)
+            self._fresh_until = sent + self._lease_s
+            self._polled.set()
+
+    async def publish(self, agent_id: str) -> None:
+        deadline = self._monotonic() + self._lease_s
+        while True:
+            try:
+                await self._roster().publish(agent_id, self._lease_s + self._poll_s, self.head_id)
+                return
+            except MemeshError:
+                if self._monotonic() > deadline:
+                    log.warning("a credential change was not confirmed by every head; every head has fenced by now")
+                    return
+                await asyncio.sleep(0.05)
+
+    async def close(self) -> int:
+        """Leave the roster; the live heads left (0 when the roster does not answer: this head acts as the last)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        try:
+            return await asyncio.wait_for(self._roster().leave(self.head_id), 5.0)
+        except (MemeshError, TimeoutError):
+            return 0

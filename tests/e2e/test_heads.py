@@ -1,0 +1,84 @@
+"""Several ``memesh serve`` heads of one deployment on the real Ray: a revoke through one head is a 401 at
+the other on the very next request, and ``--workers 2`` starts two heads that share the ports."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.servers import BIN, Server, assert_envelope, free_port
+
+
+def test_a_revoke_at_one_head_is_a_401_at_the_other_on_the_next_request(ray_address: str, tmp_path: Path) -> None:
+    first = Server(tmp_path / "data", ray_address, "hash").start()
+    second = Server(tmp_path / "data", ray_address, "hash", {"MEMESH_RAY__NAMESPACE": first.namespace})
+    second.log_path = tmp_path / "second.log"
+    try:
+        second.start()
+        assert "bootstrap ServiceAdmin key written" not in second.output(), "the second head wrote a key again"
+        assert httpx.get(f"{second.base_url}/healthz").json()["detail"]["heads"] == 2
+        issued = first.issue("acme", "Writer", "w")
+        key = issued["plaintext_secret"]
+        with second.http(key) as http:
+            for _ in range(3):  # cached at the second head from now on
+                assert http.post("/v1/inbox:pull", json={}).status_code == 200
+            first.admin("agents", "revoke", issued["agent_id"])
+            assert_envelope(http.post("/v1/inbox:pull", json={}), 401, "unauthorized")
+        rotated = first.issue("acme", "Writer", "r")
+        with second.http(rotated["plaintext_secret"]) as http:
+            assert http.post("/v1/inbox:pull", json={}).status_code == 200
+            new_key = second.admin("agents", "rotate", rotated["agent_id"]).stdout  # through the other head
+        with first.http(rotated["plaintext_secret"]) as http:
+            assert_envelope(http.post("/v1/inbox:pull", json={}), 401, "unauthorized")
+        assert rotated["plaintext_secret"] not in new_key
+    finally:
+        second.stop()
+        first.stop()
+
+
+def test_workers_start_heads_that_share_the_ports(ray_address: str, tmp_path: Path) -> None:
+    port, grpc_port, data_port = free_port(), free_port(), free_port()
+    log = (tmp_path / "workers.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            str(BIN / "memesh"),
+            "serve",
+            "--workers",
+            "2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(grpc_port),
+            "--grpc-data-port",
+            str(data_port),
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--engine",
+            "hash",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        heads = 0
+        while time.monotonic() < deadline and heads < 2:
+            assert proc.poll() is None, (tmp_path / "workers.log").read_text()[-3000:]
+            with contextlib.suppress(httpx.HTTPError):
+                heads = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()["detail"].get("heads", 0)
+            time.sleep(0.5)
+        assert heads == 2, (tmp_path / "workers.log").read_text()[-3000:]
+        pids = {httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).headers.get("x-memesh-head") for _ in range(40)}
+        assert len(pids - {None}) == 2, f"connections reached {pids}: the kernel spreads them over both heads"
+    finally:
+        proc.terminate()
+        assert proc.wait(90) == 0, (tmp_path / "workers.log").read_text()[-3000:]
+        log.close()
+    assert subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True).stdout == b"", "a head outlived the first"

@@ -1,0 +1,130 @@
+"""Several heads over one deployment (in process: two facades on one directory, the real HeadRoster actor
+class): a credential change at one head holds at every head on the very next request, a head that lost
+the roster trusts no cache, and the rate limits are split between the live heads."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from actors.head_roster import HeadRoster, HeadRosterConfig
+from cluster.compose import rate_policies
+from cluster.settings import Settings
+from head.facade import Bucket, Memesh
+from mesh.errors import RateLimited, Unauthorized, Unavailable
+from mesh.roster import EVERYTHING, Roster
+from tests.unit.conftest import ADMIN, in_process_settings
+
+
+def second_head(core: Memesh, settings: Settings) -> Memesh:
+    """Another head process of the same deployment: its own caches, buckets and roster link."""
+    return Memesh(core.directory, core.embedder, rate_policies(settings), heads_lease_s=3.0, heads_poll_s=0.5)
+
+
+@pytest.fixture
+async def heads(make_core: Callable[..., Memesh], tmp_path) -> AsyncIterator[tuple[Memesh, Memesh]]:  # type: ignore[no-untyped-def]
+    a = make_core()
+    b = second_head(a, in_process_settings(tmp_path / "data"))
+    assert await a.join_heads() >= 1 and await b.join_heads() == 2
+    yield a, b
+    await b.close()
+    await a.close()
+
+
+@pytest.mark.parametrize("action", ["revoke", "suspend", "rotate"])
+async def test_a_change_at_one_head_fails_the_old_key_at_the_other_on_the_next_request(
+    heads: tuple[Memesh, Memesh], action: str
+) -> None:
+    a, b = heads
+    issued = await a.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
+    key = issued.plaintext_secret
+    assert (await b.principal(key)).agent_id == issued.agent.id
+    assert b.identity.cached(key) is not None  # b answers it from its cache from now on
+    with b.identity.watch(issued.agent.id) as stream_event:
+        _, new_key = await a.identity.apply(ADMIN, issued.agent.id, action)
+        assert stream_event.is_set(), "an open stream at the other head was not woken"
+    with pytest.raises(Unauthorized):
+        await b.principal(key)
+    if action == "rotate":
+        assert new_key is not None and (await b.principal(new_key)).agent_id == issued.agent.id
+
+
+async def test_a_reinstated_key_works_at_the_other_head_at_once(heads: tuple[Memesh, Memesh]) -> None:
+    a, b = heads
+    issued = await a.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
+    await a.identity.apply(ADMIN, issued.agent.id, "suspend")
+    with pytest.raises(Unauthorized):
+        await b.principal(issued.plaintext_secret)  # now in b's negative cache
+    await a.identity.apply(ADMIN, issued.agent.id, "reinstate")
+    assert (await b.principal(issued.plaintext_secret)).agent_id == issued.agent.id
+
+
+async def test_each_head_holds_its_share_of_a_rate_limit(make_core: Callable[..., Memesh], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    limits = {"rate_limits": {"write": {"rate": 0.001, "burst": 10}}}
+    a = make_core(**limits)
+    b = second_head(a, in_process_settings(tmp_path / "data", **limits))
+    await a.join_heads()
+    await b.join_heads()
+    await asyncio.sleep(1.2)  # a's next poll reports two heads
+    issued = await a.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
+    principal = await a.principal(issued.plaintext_secret)
+    charged = {}
+    for name, head in (("a", a), ("b", b)):
+        charged[name] = 0
+        with pytest.raises(RateLimited):
+            for _ in range(11):
+                head.charge(principal, Bucket.WRITE)
+                charged[name] += 1
+    assert charged == {"a": 5, "b": 5}, "two heads: each holds half the burst, together the limit"
+    await b.close()
+    await a.close()
+
+
+async def test_a_head_that_lost_the_roster_trusts_no_cache(make_core: Callable[..., Memesh]) -> None:
+    core = make_core()
+    await core.join_heads()
+    issued = await core.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
+    await core.principal(issued.plaintext_secret)
+    assert core.identity.cached(issued.plaintext_secret) is not None
+    core.heads._fresh_until = 0.0  # its lease ran out (what a roster that stops answering leads to)
+    assert core.identity.cached(issued.plaintext_secret) is None
+    await core.close()
+
+
+# ------------------------------------------------------------------ the rules
+def test_the_roster_waits_for_live_heads_only_and_a_late_head_drops_everything() -> None:
+    roster = Roster(lease_s=3.0, max_log=2, version=100)
+    assert roster.poll("a", -1, 0.0) == [] and roster.poll("b", -1, 0.0) == []
+    v = roster.publish("agent-1")
+    assert roster.lagging(v, 1.0) == ["a", "b"]
+    assert roster.poll("a", 100, 1.0) == ["agent-1"]  # a hears of it, and acknowledges at its next poll
+    roster.poll("a", v, 1.1)
+    assert roster.lagging(v, 1.2) == ["b"]
+    assert roster.lagging(v, 3.5) == [], "b has not polled for a lease: nobody waits for it (and it has fenced)"
+    roster.publish("agent-2")
+    roster.publish("agent-3")
+    assert roster.poll("b", 100, 4.5) == [EVERYTHING], "the log no longer reaches back to b"
+    assert roster.live(4.5) == ["b"], "a, silent for longer than the lease, is forgotten"
+
+
+async def test_a_restarted_roster_continues_above_every_version_a_head_holds() -> None:
+    first = HeadRoster(HeadRosterConfig())
+    seen, _, _ = await first.poll("h", -1, 0.0)
+    await asyncio.sleep(0.01)
+    restarted = HeadRoster(HeadRosterConfig())
+    await restarted.publish("agent-1", 1.0)
+    version, changes, _ = await restarted.poll("h", seen, 0.0)
+    assert version > seen and changes == [EVERYTHING]
+
+
+async def test_publish_waits_for_a_live_head_that_does_not_poll_until_its_lease_ends() -> None:
+    roster = HeadRoster(HeadRosterConfig(lease_s=0.5))
+    await roster.poll("silent", -1, 0.0)
+    started = asyncio.get_running_loop().time()
+    assert await roster.publish("agent-1", 5.0) == 1
+    assert 0.4 < asyncio.get_running_loop().time() - started < 2.0
+    with pytest.raises(Unavailable):
+        await roster.poll("slow", -1, 0.0)
+        await roster.publish("agent-2", 0.1)  # a live head, and no time to wait for it
