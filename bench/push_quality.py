@@ -113,6 +113,8 @@ class Delivered:
     hops: int
     latency_s: float
     withheld: int
+    criterion: str = ""
+    window: int = 0  # the budget window (delivered_at // budget_window_s) it was counted in
 
 
 def run_server(ps: PushSet, engine: str, env: dict[str, str]) -> tuple[dict[str, list[Delivered]], float, float]:
@@ -158,7 +160,15 @@ def run_server(ps: PushSet, engine: str, env: dict[str, str]) -> tuple[dict[str,
                         at = datetime.fromisoformat(d["delivered_at"])
                         turn = turn_of.get(item["diff"]["cell_id"], "?")
                         delivered[beacon_of[d["node_id"]]].append(
-                            Delivered(turn, d["score"], d["hops"], (at - created).total_seconds(), d.get("withheld", 0))
+                            Delivered(
+                                turn,
+                                d["score"],
+                                d["hops"],
+                                (at - created).total_seconds(),
+                                d.get("withheld", 0),
+                                d.get("criterion", ""),
+                                int(at.timestamp() // float(env.get("MEMESH_PROPAGATION__BUDGET_WINDOW_S", "3600"))),
+                            )
                         )
                     body = {"ack": page["window_high"]}
                     if not page["has_more"]:
@@ -225,6 +235,9 @@ def report(ps: PushSet, delivered: dict[str, list[Delivered]], engine: str, wrot
     print(f"deliveries per beacon: median {counts[len(counts) // 2]}, mean {total / len(counts):.1f}, top five {counts[-5:]}")
     unsat = [volume[i.id] for i in ps.interests if not i.satisfied_by]
     print(f"deliveries to unsatisfiable beacons: total {sum(unsat)}, max {max(unsat, default=0)}")
+    for criterion in ("standout", "close_match"):
+        counted = Counter((beacon, d.window) for beacon, ds in per.items() for d in ds if d.criterion == criterion)
+        print(f"most {criterion} deliveries to one beacon in one budget window: {max(counted.values(), default=0)}")
     marked = [max((d.withheld for d in ds), default=0) for ds in per.values()]
     print(f"beacons with a withheld marker: {sum(1 for m in marked if m)}; most for one beacon: {max(marked, default=0)}")
     kinds = sorted({i.kind for i in satisfiable})
