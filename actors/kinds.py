@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from actors.audit_log import AuditLog
 from actors.beacon_set import BeaconSet
+from actors.console_state import ConsoleState
 from actors.head_roster import HeadRoster
 from actors.inbox_shard import InboxShard
 from actors.observatory import Observatory
@@ -22,6 +23,7 @@ from actors.scene_shard import SceneShard
 from mesh.seam import (
     AuditLogActor,
     BeaconSetActor,
+    ConsoleStateActor,
     HeadRosterActor,
     InboxShardActor,
     ObservatoryActor,
@@ -56,6 +58,7 @@ REGISTRY: ActorKind[RegistryActor] = ActorKind("registry", Registry, _methods(Re
 OBSERVATORY: ActorKind[ObservatoryActor] = ActorKind("observatory", Observatory, _methods(ObservatoryActor), False)
 AUDIT_LOG: ActorKind[AuditLogActor] = ActorKind("audit_log", AuditLog, _methods(AuditLogActor), False)
 HEAD_ROSTER: ActorKind[HeadRosterActor] = ActorKind("head_roster", HeadRoster, _methods(HeadRosterActor), False)
+CONSOLE_STATE: ActorKind[ConsoleStateActor] = ActorKind("console_state", ConsoleState, _methods(ConsoleStateActor), False)
 
 
 def _conforming(
@@ -66,8 +69,18 @@ def _conforming(
     observatory: Observatory,
     audit_log: AuditLog,
     head_roster: HeadRoster,
-) -> tuple[SceneShardActor, BeaconSetActor, InboxShardActor, RegistryActor, ObservatoryActor, AuditLogActor, HeadRosterActor]:
-    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster
+    console_state: ConsoleState,
+) -> tuple[
+    SceneShardActor,
+    BeaconSetActor,
+    InboxShardActor,
+    RegistryActor,
+    ObservatoryActor,
+    AuditLogActor,
+    HeadRosterActor,
+    ConsoleStateActor,
+]:
+    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster, console_state
 
 
 class ActorProxy:
@@ -120,3 +133,6 @@ class TypedDirectory:
 
     def head_roster(self) -> HeadRosterActor:
         return cast(HeadRosterActor, self.proxy(HEAD_ROSTER))
+
+    def console_state(self) -> ConsoleStateActor:
+        return cast(ConsoleStateActor, self.proxy(CONSOLE_STATE))

@@ -24,8 +24,8 @@ from starlette.requests import HTTPConnection
 
 from api.admission import charge_route, gate_principal
 from api.console.oidc import Console
-from api.console.sessions import ConsoleSession
 from head.facade import Bucket, Memesh
+from mesh.console_sessions import ConsoleSession
 from mesh.errors import Forbidden, Unauthorized
 from mesh.identity import Principal
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
+from actors.console_state import ConsoleState, ConsoleStateConfig
 from actors.directory import InProcessDirectory
 from actors.head_roster import HeadRoster, HeadRosterConfig
 from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
@@ -103,6 +104,9 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     plan["observatory"] = (Observatory, (observatory,))
     plan["audit_log"] = (AuditLog, (AuditLogConfig(storage),))
     plan["head_roster"] = (HeadRoster, (HeadRosterConfig(settings.heads.lease_s),))  # heads fence on the same lease
+    admin = settings.admin
+    console = ConsoleStateConfig(admin.session_ttl_s, admin.max_sessions, admin.state_ttl_s, admin.max_pending_logins)
+    plan["console_state"] = (ConsoleState, (console,))
     return plan
 
 

@@ -176,7 +176,7 @@ class Memesh:
             "sessions": answers[registry_at].get("sessions", 0),
             "skipped_rows": sum(a.get("skipped_rows", 0) for a in answers),
             "actors": len(answers),
-            "heads": answers[-1].get("heads", 1),
+            "heads": self.heads.heads,  # live heads, as the roster last told this one
             "embedding_engine": self.embedder.name,
         }
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from mesh.audit import AuditRow
+from mesh.console_sessions import ConsoleSession, PendingLogin
 from mesh.erasure import JournalEntry, Selector, ShardErasePlan
 from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
@@ -265,6 +266,22 @@ class HeadRosterActor(Actor, Protocol):
     async def heads(self) -> int: ...
 
 
+class ConsoleStateActor(Actor, Protocol):
+    """The console's sessions and logins under way, shared by every head (``mesh.console_sessions``)."""
+
+    async def open_session(self, agent_id: str, subject: str, now: datetime) -> tuple[str, ConsoleSession]: ...
+
+    async def session(self, token: str | None, now: datetime) -> ConsoleSession | None: ...
+
+    async def drop_session(self, token: str | None, now: datetime) -> bool: ...
+
+    async def sessions(self) -> int: ...
+
+    async def put_login(self, state: str, login: PendingLogin, now: datetime, owner: str) -> datetime: ...
+
+    async def take_login(self, state: str | None, now: datetime) -> PendingLogin | None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DirectorySpec:
     """Where a deployment's actors are: its namespace and partition counts (picklable)."""
@@ -291,6 +308,8 @@ class Directory(Protocol):
     def observatory(self) -> ObservatoryActor: ...
 
     def head_roster(self) -> HeadRosterActor: ...
+
+    def console_state(self) -> ConsoleStateActor: ...
 
     def audit_log(self) -> AuditLogActor: ...
 
@@ -331,4 +350,5 @@ def every_actor(directory: Directory) -> list[Actor]:
         directory.observatory(),
         directory.audit_log(),
         directory.head_roster(),
+        directory.console_state(),
     ]

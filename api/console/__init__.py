@@ -4,7 +4,7 @@
 - :mod:`api.console.gate`: the order an ``/admin/api`` request is judged in
   (the console session first, then the role).
 - :mod:`api.console.oidc` and :mod:`api.console.login`: the OIDC login state
-  and its routes; :mod:`api.console.sessions`: sessions and logins under way.
+  and its routes; :mod:`mesh.console_sessions`: sessions and logins under way.
 - :mod:`api.console.operator_api` and :mod:`api.console.schemas`: the
   operator REST API and its wire models.
 - :mod:`api.console.observatory`: the observatory snapshot and stream.

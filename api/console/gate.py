@@ -35,11 +35,12 @@ import functools
 from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.console.sessions import ConsoleSession, ConsoleSessions
+from api.console.store import ConsoleStore
 from api.errors import error_response, memesh_error_response
 from api.gate_common import body_refusal, cross_origin, header_map, refuse, run_guarded
 from head.clock import utc_now
 from head.facade import Bucket, Memesh
+from mesh.console_sessions import ConsoleSession
 from mesh.errors import ErrorCode, MemeshError, Unauthorized
 from mesh.identity import Principal
 from mesh.ids import Clock
@@ -68,7 +69,7 @@ class AdminGate:
         self,
         app: ASGIApp,
         memesh: Memesh,
-        sessions: ConsoleSessions,
+        sessions: ConsoleStore,
         max_body_bytes: int,
         timeout_s: float,
         clock: Clock = utc_now,
@@ -122,12 +123,12 @@ class AdminGate:
         """The admin principal behind a session cookie: Unauthorized (no live session, or its
         agent is no longer active; the session is then dropped) or Forbidden (not an admin)."""
         now = self.clock()
-        session = self.sessions.get(token, now)
+        session = await self.sessions.get(token, now)
         if session is None:
             raise Unauthorized("a console session is required: log in at /admin/auth/login")
         principal = await self.memesh.identity.principal_for_subject(session.subject)
         if principal is None or principal.agent_id != session.agent_id:
-            self.sessions.drop(token, now)
+            await self.sessions.drop(token, now)
             raise Unauthorized("the session's identity is no longer active: log in again")
         if not principal.is_admin:
             self.memesh.charge(principal, Bucket.ADMIN)  # a refused caller cannot add audit rows without limit

@@ -93,7 +93,7 @@ async def callback(request: Request, console: ConsoleState) -> Response:
         failed = memesh_error_response(exc)
         _clear_state_cookie(failed, secure)
         return failed
-    token, _ = console.sessions.open(principal.agent_id, subject, console.clock())
+    token, _ = await console.sessions.open(principal.agent_id, subject, console.clock())
     response = RedirectResponse("/admin", status_code=302, headers={"Cache-Control": "no-store"})
     response.set_cookie(
         SESSION_COOKIE,
@@ -115,8 +115,8 @@ async def logout(request: Request, console: ConsoleState) -> Response:
     if cross_origin(request.scope, header_map(request.scope), console.allowed_origins):
         return error_response(403, ErrorCode.FORBIDDEN, "cross-origin request refused")
     token = request.cookies.get(SESSION_COOKIE)
-    session = console.sessions.get(token, console.clock())
-    console.sessions.drop(token, console.clock())
+    session = await console.sessions.get(token, console.clock())
+    await console.sessions.drop(token, console.clock())
     if session is not None:
         console.memesh.identity.nudge(session.agent_id)
     response = Response(status_code=204)

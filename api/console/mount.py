@@ -9,7 +9,7 @@
   request and WebSocket handshake (session first, then role, body checks and
   the Admin bucket).
 
-Console sessions live in this process only (:mod:`api.console.sessions`):
+Console sessions live in this process only (:mod:`mesh.console_sessions`):
 restarting the head logs operators out.
 """
 

@@ -1,7 +1,7 @@
 """The operator console's login state: OIDC Authorization-Code with PKCE (Authlib), server-side sessions.
 
 :class:`Console` is, on this head, the OIDC client, the logins under way and
-the console sessions (:mod:`api.console.sessions`); the routes that drive it
+the console sessions (:mod:`mesh.console_sessions`); the routes that drive it
 are :mod:`api.console.login`. Guarantees:
 
 - A login starts (:meth:`Console.begin`) with PKCE (S256), a nonce and a
@@ -44,9 +44,10 @@ from authlib.integrations.starlette_client import OAuth
 from fastapi import Request
 from joserfc.errors import JoseError
 
-from api.console.sessions import ConsoleSessions, PendingLogin, PendingLogins, address_owner
+from api.console.store import ConsoleStore
 from head.clock import utc_now
 from head.facade import Bucket, Memesh
+from mesh.console_sessions import PendingLogin, address_owner
 from mesh.errors import ConfigInvalid, MemeshError, Unauthorized, Unavailable, ValidationFailed
 from mesh.identity import Principal
 from mesh.ids import Clock
@@ -84,14 +85,14 @@ def _origin(url: str) -> str:
 
 
 class Console:
-    """The console's login state on this head: the OIDC client, pending logins and sessions."""
+    """The console's login state: the OIDC client on this head; pending logins and sessions in the
+    deployment's ConsoleState actor, so any head completes a login and serves a session."""
 
     def __init__(self, config: ConsoleConfig, memesh: Memesh, clock: Clock = utc_now) -> None:
         self.config = config
         self.memesh = memesh
         self.clock = clock
-        self.sessions = ConsoleSessions(config.session_ttl_s, config.max_sessions)
-        self.pending = PendingLogins(config.state_ttl_s, config.max_pending_logins)
+        self.sessions = ConsoleStore(memesh.directory)  # shared by every head (the ConsoleState actor)
         public = config.public_url
         self.allowed_origins = frozenset({_origin(public)} if public else ())  # besides the request's own host
         issuer = config.issuer.rstrip("/")
@@ -141,7 +142,7 @@ class Console:
             raise ConfigInvalid("the identity provider's discovery document has no authorization_endpoint") from exc
         state: str = started["state"]
         pending = PendingLogin(started["nonce"], started["code_verifier"], redirect_uri)
-        self.pending.put(state, pending, self.clock(), owner=address_owner(client))
+        await self.sessions.put_login(state, pending, self.clock(), address_owner(client))
         return started["url"], state
 
     async def complete(self, request: Request) -> tuple[Principal, str]:
@@ -160,7 +161,7 @@ class Console:
                 ValidationFailed("the login state does not match: start again at " + LOGIN_PATH),
                 client=client,
             )
-        pending = self.pending.take(state, self.clock())
+        pending = await self.sessions.take_login(state, self.clock())
         if pending is None:
             await self._fail(
                 None,

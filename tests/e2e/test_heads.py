@@ -20,7 +20,10 @@ def test_a_revoke_at_one_head_is_a_401_at_the_other_on_the_next_request(ray_addr
     try:
         second.start()
         assert "bootstrap ServiceAdmin key written" not in second.output(), "the second head wrote a key again"
-        assert httpx.get(f"{second.base_url}/healthz").json()["detail"]["heads"] == 2
+        deadline = time.monotonic() + 10  # /healthz answers from a cache of at most server.health_cache_s
+        while httpx.get(f"{second.base_url}/healthz").json()["detail"]["heads"] != 2:
+            assert time.monotonic() < deadline, "the second head never saw two heads"
+            time.sleep(0.2)
         issued = first.issue("acme", "Writer", "w")
         key = issued["plaintext_secret"]
         with second.http(key) as http:

@@ -35,7 +35,7 @@ class ConsoleHarness:
 
     async def session_for(self, subject: str, tenant: str = "acme", role: str = "ProjectAdmin") -> str:
         agent = (await self.core.identity.issue(ADMIN, tenant, subject, [role], oidc_subject=subject)).agent
-        token, _ = self.console.sessions.open(agent.id, subject, utc_now())
+        token, _ = await self.console.sessions.open(agent.id, subject, utc_now())
         return token
 
     async def send(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
@@ -102,7 +102,7 @@ async def test_revoking_or_suspending_the_agent_ends_its_sessions(console: Conso
     assert_error(await console.send("GET", "/admin/api/me", token), 401, "unauthorized")
     await console.core.identity.apply(ADMIN, me["agent_id"], "reinstate")
     assert_error(await console.send("GET", "/admin/api/me", token), 401, "unauthorized")  # the session was dropped
-    assert len(console.console.sessions) == 0
+    assert await console.console.sessions.count() == 0
 
 
 async def test_logout_drops_the_session_and_is_idempotent(console: ConsoleHarness) -> None:
@@ -123,7 +123,7 @@ async def test_login_needs_the_provider_and_the_callback_needs_the_state(console
     rows = await console.core.directory.audit_log().rows(0, 1000)
     failures = [r for r in rows if r.kind == AuditKind.AUTH_FAILURE]
     assert len(failures) == 1 and "abc" not in failures[0].detail and "forged" not in failures[0].detail
-    assert len(console.console.sessions) == 0
+    assert await console.console.sessions.count() == 0
 
 
 async def test_the_landing_page_is_static(console: ConsoleHarness) -> None:

@@ -6,16 +6,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 
+import httpx
 import pytest
 
 from actors.head_roster import HeadRoster, HeadRosterConfig
+from api.app import create_app
+from api.console.gate import SESSION_COOKIE
+from api.console.oidc import ConsoleConfig
 from cluster.compose import rate_policies
 from cluster.settings import Settings
 from head.facade import Bucket, Memesh
+from mesh.console_sessions import PendingLogin
 from mesh.errors import RateLimited, Unauthorized, Unavailable
 from mesh.roster import EVERYTHING, Roster
 from tests.unit.conftest import ADMIN, in_process_settings
+
+CONSOLE = ConsoleConfig(issuer="http://127.0.0.1:9", client_id="memesh-console", client_secret="s3cret")
 
 
 def second_head(core: Memesh, settings: Settings) -> Memesh:
@@ -91,6 +99,28 @@ async def test_a_head_that_lost_the_roster_trusts_no_cache(make_core: Callable[.
     core.heads._fresh_until = 0.0  # its lease ran out (what a roster that stops answering leads to)
     assert core.identity.cached(issued.plaintext_secret) is None
     await core.close()
+
+
+async def test_a_console_session_from_one_head_works_at_the_other_until_a_logout_anywhere(
+    heads: tuple[Memesh, Memesh],
+) -> None:
+    a, b = heads
+    app_a, app_b = create_app(a, console=CONSOLE), create_app(b, console=CONSOLE)
+    agent = (await a.identity.issue(ADMIN, "acme", "op", ["ProjectAdmin"], oidc_subject="op")).agent
+    token, _ = await app_a.state.console.sessions.open(agent.id, "op", datetime.now(UTC))
+    cookie = {"cookie": f"{SESSION_COOKIE}={token}"}
+    transport = httpx.ASGITransport
+    async with (
+        httpx.AsyncClient(transport=transport(app=app_a), base_url="http://memesh.test") as at_a,
+        httpx.AsyncClient(transport=transport(app=app_b), base_url="http://memesh.test") as at_b,
+    ):
+        assert (await at_b.get("/admin/api/me", headers=cookie)).status_code == 200
+        assert (await at_b.post("/admin/auth/logout", headers=cookie)).status_code == 204
+        assert (await at_a.get("/admin/api/me", headers=cookie)).status_code == 401
+    login = PendingLogin("nonce", "verifier", "http://memesh.test/admin/auth/callback")
+    await app_a.state.console.sessions.put_login("state-1", login, datetime.now(UTC), "127.0.0.1")
+    assert await app_b.state.console.sessions.take_login("state-1", datetime.now(UTC)) == login  # the callback at b
+    assert await app_a.state.console.sessions.take_login("state-1", datetime.now(UTC)) is None  # taken once
 
 
 # ------------------------------------------------------------------ the rules

@@ -21,11 +21,11 @@ import pytest
 
 from api.app import create_app
 from api.console.gate import SESSION_COOKIE
-from api.console.sessions import PendingLogin, PendingLogins, address_owner
 from cluster.settings import Settings
 from head.embedding import Embedder, HashEngine, Matrix
 from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
+from mesh.console_sessions import PendingLogin, PendingLogins, address_owner
 from mesh.errors import QuotaExceeded, RateLimited
 from mesh.identity import Principal, Role
 from mesh.ratelimit import BucketPolicy, TokenBuckets
@@ -240,7 +240,7 @@ async def test_logout_refuses_another_origin(make_core: Callable[..., Memesh]) -
     core = make_core()
     app = create_app(core, console=CONFIG)
     agent = (await core.identity.issue(ADMIN, "acme", "op", ["ProjectAdmin"], oidc_subject="op")).agent
-    token, _ = app.state.console.sessions.open(agent.id, "op", datetime.now(UTC))
+    token, _ = await app.state.console.sessions.open(agent.id, "op", datetime.now(UTC))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test") as http:
         cookie = {"cookie": f"{SESSION_COOKIE}={token}"}
         refused = await http.post("/admin/auth/logout", headers={**cookie, "origin": "http://evil.example"})

@@ -1,7 +1,10 @@
-"""Operator console sessions and the logins under way: head-local, in memory, bounded.
+"""Operator console sessions and the logins under way: the rules, in memory, bounded.
+
+The deployment holds one table of each in its ConsoleState actor
+(:mod:`actors.console_state`), which every head reads and writes.
 
 Guarantees:
-- A session id is 256 random bits from :mod:`secrets`, opaque (it encodes
+- A session id is 256 random bits (drawn by the ConsoleState actor), opaque (it encodes
   nothing) and handed out once, in the session cookie. Only its SHA-256 is
   kept, so the table in memory cannot be replayed as cookies, and a lookup
   compares digests, not the secret.
@@ -16,8 +19,8 @@ Guarantees:
 - A session says who logged in (agent id and OIDC subject), not what they may
   do: the console gate re-resolves the agent's principal on every request, so
   a revoked or suspended agent's sessions stop working at once.
-- Nothing is persisted or shared between processes: restarting the head, or
-  reaching another head, logs operators out (they log in again).
+- Nothing is persisted: restarting the ConsoleState actor logs operators out
+  (they log in again). Restarting a head does not.
 
 Time is a parameter (``now``) of every call, so the rules replay in tests.
 """
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import secrets
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -124,9 +126,8 @@ class ConsoleSessions:
     def __len__(self) -> int:
         return len(self._map)
 
-    def open(self, agent_id: str, subject: str, now: datetime) -> tuple[str, ConsoleSession]:
-        """A new session and its id (256 random bits, url-safe); the id is not kept."""
-        token = secrets.token_urlsafe(32)
+    def open(self, agent_id: str, subject: str, now: datetime, token: str) -> tuple[str, ConsoleSession]:
+        """A new session under ``token`` (the caller draws it: 256 random bits, url-safe); the id is not kept."""
         session = ConsoleSession(agent_id, subject, now, now + self._map.ttl)
         self._map.put(token, session, now)
         return token, session
