@@ -258,6 +258,9 @@ def report(ps: PushSet, delivered: dict[str, list[Delivered]], engine: str, wrot
         print("  the quiet figure is bench.propagation --only latency)")
 
 
+ONE_RUN_WINDOW_S = 7 * 24 * 3600
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "hash"])
@@ -267,6 +270,9 @@ def main() -> None:
     args = parser.parse_args()
     ps = push_set(args.seed, args.conversations)
     env = dict(item.split("=", 1) for item in args.env)
+    # The set's writes stand for a long history compressed into minutes: the whole run is one budget window,
+    # wherever it falls against the wall-clock hour (an hour boundary inside the run would double the budget).
+    env.setdefault("MEMESH_PROPAGATION__BUDGET_WINDOW_S", str(ONE_RUN_WINDOW_S))
     banner(f"push quality ({args.engine}, seed {args.seed}, env {env or 'defaults'})")
     print(machine_info())
     delivered, wrote, drained = run_server(ps, args.engine, env)
