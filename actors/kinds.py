@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, cast
 from actors.audit_log import AuditLog
 from actors.beacon_set import BeaconSet
 from actors.console_state import ConsoleState
+from actors.embedder import EmbedderWorker
 from actors.head_roster import HeadRoster
 from actors.inbox_shard import InboxShard
 from actors.observatory import Observatory
@@ -24,6 +25,7 @@ from mesh.seam import (
     AuditLogActor,
     BeaconSetActor,
     ConsoleStateActor,
+    EmbedderActor,
     HeadRosterActor,
     InboxShardActor,
     ObservatoryActor,
@@ -59,6 +61,7 @@ OBSERVATORY: ActorKind[ObservatoryActor] = ActorKind("observatory", Observatory,
 AUDIT_LOG: ActorKind[AuditLogActor] = ActorKind("audit_log", AuditLog, _methods(AuditLogActor), False)
 HEAD_ROSTER: ActorKind[HeadRosterActor] = ActorKind("head_roster", HeadRoster, _methods(HeadRosterActor), False)
 CONSOLE_STATE: ActorKind[ConsoleStateActor] = ActorKind("console_state", ConsoleState, _methods(ConsoleStateActor), False)
+EMBEDDER: ActorKind[EmbedderActor] = ActorKind("embedder", EmbedderWorker, _methods(EmbedderActor), True)
 
 
 def _conforming(
@@ -70,6 +73,7 @@ def _conforming(
     audit_log: AuditLog,
     head_roster: HeadRoster,
     console_state: ConsoleState,
+    embedder: EmbedderWorker,
 ) -> tuple[
     SceneShardActor,
     BeaconSetActor,
@@ -79,8 +83,9 @@ def _conforming(
     AuditLogActor,
     HeadRosterActor,
     ConsoleStateActor,
+    EmbedderActor,
 ]:
-    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster, console_state
+    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster, console_state, embedder
 
 
 class ActorProxy:
@@ -136,3 +141,6 @@ class TypedDirectory:
 
     def console_state(self) -> ConsoleStateActor:
         return cast(ConsoleStateActor, self.proxy(CONSOLE_STATE))
+
+    def embedder(self, index: int) -> EmbedderActor:
+        return cast(EmbedderActor, self.proxy(EMBEDDER, index))

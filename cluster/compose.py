@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from actors.audit_log import AuditLog, AuditLogConfig
 from actors.beacon_set import BeaconSet, BeaconSetConfig
 from actors.console_state import ConsoleState, ConsoleStateConfig
 from actors.directory import InProcessDirectory
+from actors.embedder import EmbedderConfig, EmbedderWorker
 from actors.head_roster import HeadRoster, HeadRosterConfig
 from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
 from actors.observatory import Observatory, ObservatoryConfig
@@ -24,7 +26,7 @@ from actors.registry import Registry, RegistryConfig
 from actors.scene_shard import SceneShard, ShardConfig
 from actors.storage import StorageConfig
 from cluster.settings import Settings
-from head.embedding import Embedder, EmbeddingEngine, engine_named, make_engine
+from head.embedding import Embedder, EmbeddingEngine, PooledEngine, engine_named, make_engine
 from head.erasure_signing import ErasureSigner
 from head.facade import Bucket, Memesh
 from head.inbox_service import InboxLimits
@@ -42,7 +44,7 @@ BOOTSTRAP_KEY_FILE = "bootstrap-admin.key"
 
 def directory_spec(settings: Settings) -> DirectorySpec:
     ray = settings.ray
-    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards)
+    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards, settings.embedding.pool)
 
 
 def storage_config(settings: Settings) -> StorageConfig:
@@ -107,6 +109,10 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     admin = settings.admin
     console = ConsoleStateConfig(admin.session_ttl_s, admin.max_sessions, admin.state_ttl_s, admin.max_pending_logins)
     plan["console_state"] = (ConsoleState, (console,))
+    embedding = settings.embedding
+    model = partial(make_engine, embedding.engine, embedding.dims, embedding.threads)  # built in each embedder actor
+    for i in range(embedding.pool):
+        plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch),))
     return plan
 
 
@@ -135,14 +141,16 @@ def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
 
 
 def build_memesh(settings: Settings) -> Memesh:
-    engine = make_engine(settings.embedding.engine, settings.embedding.dims, settings.embedding.threads)
+    local = make_engine(settings.embedding.engine, settings.embedding.dims, settings.embedding.threads)  # loads lazily
     settings.storage.data_dir.mkdir(parents=True, exist_ok=True)
 
     def reembed_target() -> EmbeddingEngine:
         """The configured engine (it serves too unless the stored corpus was made by another)."""
         return engine
 
-    directory = build_directory(settings, engine.dims)
+    directory = build_directory(settings, local.dims)
+    pool = settings.embedding.pool
+    engine: EmbeddingEngine = PooledEngine(directory, local.name, local.dims, pool) if pool else local
     limits, quotas, embedding = settings.limits, settings.quotas, settings.embedding
     return Memesh(
         directory,

@@ -111,6 +111,7 @@ class EmbeddingSettings(_Section):
     engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm"
     dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
     max_batch: int = Field(64, ge=1, le=1024)
+    pool: int = Field(0, ge=0, le=64)  # embedder actors shared by every head; 0: each head embeds with its own model
     threads: int | None = Field(None, ge=1)
     max_queued_texts: int = Field(4_096, ge=1)  # texts waiting for the model, all tenants; 429 beyond
     max_queued_texts_per_tenant: int = Field(1_024, ge=1)  # one tenant's share of that queue

@@ -32,7 +32,8 @@ import numpy as np
 import numpy.typing as npt
 
 from head.onnx_engine import MiniLMOnnxEngine
-from mesh.errors import ConfigInvalid, EmbeddingFailed, RateLimited
+from mesh.errors import ConfigInvalid, EmbeddingFailed, MemeshError, RateLimited, TimedOut, Unavailable
+from mesh.seam import Directory
 
 Matrix = npt.NDArray[np.float32]
 log = logging.getLogger(__name__)
@@ -132,6 +133,34 @@ def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
     if kind == "hash" and dims.isdigit():
         return HashEngine(int(dims))
     raise ConfigInvalid(f"no engine makes vectors named {name!r}")
+
+
+class PooledEngine:
+    """The deployment's embedder actors (``embedding.pool``) as this head's engine: each batch goes to the
+    next actor in turn, and to the one after when an actor does not answer; the actors batch across heads.
+    Vectors are the same as the engine the actors run (they build it from the same settings)."""
+
+    def __init__(self, directory: Directory, name: str, dims: int, size: int) -> None:
+        if size < 1:
+            raise ValueError("an embedder pool holds at least one actor")
+        self._dir = directory
+        self.name = name
+        self.dims = dims
+        self.size = size
+        self._next = 0
+
+    def encode(self, texts: list[str]) -> Matrix:
+        raise RuntimeError("a pooled engine encodes asynchronously (encode_async)")
+
+    async def encode_async(self, texts: list[str]) -> Matrix:
+        failure: MemeshError | None = None
+        for _ in range(self.size):
+            index, self._next = self._next, (self._next + 1) % self.size
+            try:
+                return np.asarray(await self._dir.embedder(index).encode(texts), dtype=np.float32)
+            except (Unavailable, TimedOut) as exc:
+                failure = exc
+        raise EmbeddingFailed("no embedder actor answered") from failure
 
 
 class SwitchGate:
@@ -321,7 +350,10 @@ class Embedder:
                 batch.append(self._background.popleft())
             texts = [t for request in batch for t in request.texts]
             try:
-                vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)
+                if isinstance(self.engine, PooledEngine):  # the model runs in embedder actors: nothing to block on here
+                    vectors = await self.engine.encode_async(texts)
+                else:
+                    vectors = await loop.run_in_executor(self._executor, self.engine.encode, texts)
             except Exception:  # every waiter learns of it
                 log.exception("embedding failed")
                 for request in batch:

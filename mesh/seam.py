@@ -282,6 +282,12 @@ class ConsoleStateActor(Actor, Protocol):
     async def take_login(self, state: str | None, now: datetime) -> PendingLogin | None: ...
 
 
+class EmbedderActor(Actor, Protocol):
+    """One copy of the model, batching the texts of every head (``embedding.pool``)."""
+
+    async def encode(self, texts: list[str]) -> Vector: ...
+
+
 @dataclass(frozen=True, slots=True)
 class DirectorySpec:
     """Where a deployment's actors are: its namespace and partition counts (picklable)."""
@@ -290,6 +296,7 @@ class DirectorySpec:
     scene_shards: int
     beacon_sets: int
     inbox_shards: int
+    embedders: int = 0  # the embedder pool (0: each head embeds with its own engine)
 
 
 class Directory(Protocol):
@@ -310,6 +317,8 @@ class Directory(Protocol):
     def head_roster(self) -> HeadRosterActor: ...
 
     def console_state(self) -> ConsoleStateActor: ...
+
+    def embedder(self, index: int) -> EmbedderActor: ...
 
     def audit_log(self) -> AuditLogActor: ...
 
@@ -351,4 +360,5 @@ def every_actor(directory: Directory) -> list[Actor]:
         directory.audit_log(),
         directory.head_roster(),
         directory.console_state(),
+        *(directory.embedder(i) for i in range(directory.spec.embedders)),
     ]

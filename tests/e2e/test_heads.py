@@ -85,3 +85,24 @@ def test_workers_start_heads_that_share_the_ports(ray_address: str, tmp_path: Pa
         assert proc.wait(90) == 0, (tmp_path / "workers.log").read_text()[-3000:]
         log.close()
     assert subprocess.run(["pgrep", "-f", f"--port {port}"], capture_output=True).stdout == b"", "a head outlived the first"
+
+
+def test_an_embedder_pool_embeds_for_the_heads(ray_address: str, tmp_path: Path) -> None:
+    """``embedding.pool`` on the real Ray: writes and recalls work, and the embedder actors did the encoding."""
+    import ray
+
+    server = Server(tmp_path / "data", ray_address, "hash", {"MEMESH_EMBEDDING__POOL": "2"}).start()
+    try:
+        key = server.issue("pool", "Writer", "w")["plaintext_secret"]
+        with server.http(key) as http:
+            cell = http.post("/v1/cells", json={"content": "the payroll run finished late", "cell_type": "Fact"})
+            assert cell.status_code == 201, cell.text
+            found = http.post("/v1/recall", json={"text": "payroll run late", "k": 3}).json()
+            assert cell.json()["id"] in str(found)
+        texts = 0
+        for i in range(2):
+            health = ray.get(ray.get_actor(f"embedder:{i}", namespace=server.namespace).health.remote(), timeout=30)
+            texts += health["embed_texts"]
+        assert texts >= 3, "the head embedded on its own: the pool was not used"
+    finally:
+        server.stop()
