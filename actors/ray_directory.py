@@ -63,19 +63,27 @@ class RayDirectory(TypedDirectory):
     """
 
     def __init__(
-        self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None, detached: bool = False
+        self,
+        spec: DirectorySpec,
+        plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None,
+        detached: bool = False,
+        spread: bool = False,
     ) -> None:
         """Several heads may build one with the same ``plan``: the first creates the actors, the others
         attach to them (``get_if_exists``). ``detached`` actors outlive the head that created them (heads
-        joined to a Ray cluster come and go); otherwise they share that head's fate (one machine)."""
+        joined to a Ray cluster come and go); otherwise they share that head's fate (one machine).
+        ``spread`` places them across the cluster's nodes (Ray's ``SPREAD`` strategy) instead of where Ray
+        packs them; either way an actor whose node is lost restarts on another and reloads from storage."""
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
         self._handles: dict[str, Any] = {}
-        lifetime = {"lifetime": "detached"} if detached else {}
+        extra: dict[str, Any] = {"lifetime": "detached"} if detached else {}
+        if spread:
+            extra["scheduling_strategy"] = "SPREAD"
         for name, (cls, args) in (plan or {}).items():
             options: Any = ray.remote(cls).options(
-                name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **lifetime
+                name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **extra
             )
             self._handles[name] = options.remote(*args)
 

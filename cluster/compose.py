@@ -51,6 +51,7 @@ def storage_config(settings: Settings) -> StorageConfig:
     storage = settings.storage
     return StorageConfig(
         uri=storage.lance_uri(),
+        options=dict(storage.options),
         commit_window_s=storage.commit_window_ms / 1000.0,
         optimize_every=storage.optimize_every,
         cache_mb=storage.cache_mb,
@@ -126,7 +127,11 @@ def build_directory(settings: Settings, dims: int) -> Directory:
     connect(settings.ray.address, settings.ray.namespace)
     # ``ray.detached``: heads joined to a Ray cluster come and go, the actors outlive the head that made
     # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
-    return RayDirectory(spec, actor_plan(settings, dims, RayLookup(spec)), settings.ray.detached)
+    # ``ray.placement``: "spread" puts the actors on as many nodes as the cluster has (a lost node then
+    # takes a fraction of them, restarted elsewhere from shared storage); "pack" keeps Ray's default.
+    ray_settings = settings.ray
+    plan = actor_plan(settings, dims, RayLookup(spec))
+    return RayDirectory(spec, plan, ray_settings.detached, ray_settings.placement == "spread")
 
 
 def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:

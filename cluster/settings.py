@@ -86,6 +86,7 @@ def _loopback(host: str) -> bool:
 class StorageSettings(_Section):
     data_dir: Path = Path("./data")
     uri: str | None = None  # any URI LanceDB accepts; default <data_dir>/lance
+    options: dict[str, str] = Field(default_factory=dict)  # LanceDB storage options (endpoint, region, ...)
     commit_window_ms: float = Field(2.0, ge=0)
     commit_max_rows: int = Field(1024, ge=1)
     optimize_every: int = Field(64, ge=1)
@@ -105,6 +106,7 @@ class RaySettings(_Section):
     inbox_shards: int = Field(2, ge=1, le=1024)
     in_process: bool = False  # run every actor inside the server process (no Ray); for notebooks and debugging
     detached: bool = False  # actors outlive the head that made them: for several heads joined to one cluster
+    placement: Literal["pack", "spread"] = "pack"  # spread: actors across the cluster's nodes (Ray's SPREAD strategy)
 
 
 class EmbeddingSettings(_Section):
