@@ -27,7 +27,7 @@ import os
 import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ class StorageConfig:
     """
 
     uri: str
+    options: dict[str, str] = field(default_factory=dict)  # LanceDB storage options, e.g. an S3 endpoint
     commit_window_s: float = 0.002
     optimize_every: int = 64
     cache_mb: int = 32
@@ -132,7 +133,13 @@ class LanceStore:
             # Single writer per table: this process sees its own commits at once;
             # a zero interval also makes re-opened handles check for the latest version.
             session = lancedb.Session(index_cache_size_bytes=cache_bytes, metadata_cache_size_bytes=cache_bytes)
-            return cls(await lancedb.connect_async(config.uri, read_consistency_interval=timedelta(0), session=session), config)
+            connection = await lancedb.connect_async(
+                config.uri,
+                read_consistency_interval=timedelta(0),
+                storage_options=config.options or None,
+                session=session,
+            )
+            return cls(connection, config)
 
     async def table(self, name: str, schema: pa.Schema, identity: str | None = None) -> RowTable:
         """Open ``name``, creating it empty with ``schema`` when absent. A stored table that lacks
