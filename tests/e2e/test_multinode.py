@@ -36,10 +36,18 @@ def actor_nodes(namespace: str, timeout_s: float = 120.0) -> dict[str, str]:
     def where(_: object) -> str:
         return str(ray.get_runtime_context().get_node_id())
 
+    from ray.exceptions import ActorUnavailableError, GetTimeoutError
+
     nodes = {}
+    deadline = time.monotonic() + timeout_s
     for name in ACTORS:
-        handle = ray.get_actor(name, namespace=namespace)
-        nodes[name] = ray.get(handle.__ray_call__.remote(where), timeout=timeout_s)
+        while name not in nodes:  # an actor whose node was lost is unavailable until Ray has restarted it
+            handle = ray.get_actor(name, namespace=namespace)
+            try:
+                nodes[name] = ray.get(handle.__ray_call__.remote(where), timeout=max(1.0, deadline - time.monotonic()))
+            except (ActorUnavailableError, GetTimeoutError):
+                assert time.monotonic() < deadline, f"{name} did not come back within {timeout_s}s"
+                time.sleep(0.5)
     return nodes
 
 
