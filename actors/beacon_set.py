@@ -43,6 +43,7 @@ from actors.schemas import STANDING_SCHEMA, agent_node_schema, beacon_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.tenant_nodes import RecentRemovals, TenantNodes
 from mesh.errors import NotFound, QuotaExceeded
+from mesh.layout import table_prefix
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
 from mesh.standing import StandingPrior
 from mesh.storage_cost import stored_bytes
@@ -60,6 +61,7 @@ class BeaconSetConfig:
     sweep_interval_s: float = 60.0  # how often expired beacons are purged (0: only at place)
     prior: StandingPrior = field(default_factory=StandingPrior)
     standing_commit_s: float = 10.0  # how often folded leaf statistics are committed (0: only at close)
+    generation: int = 0  # of the partition layout (mesh.layout): which tables this set owns
 
 
 class BeaconSet:
@@ -89,7 +91,7 @@ class BeaconSet:
 
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
-        prefix = f"beacon_set_{self.config.index}"
+        prefix = table_prefix("beacon_set", self.config.index, self.config.generation)
         self._beacon_table = await store.keyed(f"{prefix}_beacons", beacon_schema(self.config.dims), "id", identity="id")
         self._agent_table = await store.keyed(f"{prefix}_agents", agent_node_schema(self.config.dims), "id", identity="id")
         stale = []

@@ -35,6 +35,7 @@ from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
 from mesh.inbox import AgentInbox, Budget, StoredDelivery
 from mesh.inbox_wire import InboxDelivery, PullResult, is_close_match, render_item, with_withheld
+from mesh.layout import table_prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class InboxShardConfig:
     storage: StorageConfig
     index: int
     retention: InboxRetention = InboxRetention()
+    generation: int = 0  # of the partition layout (mesh.layout): which tables this shard owns
 
 
 class InboxShard:
@@ -84,7 +86,7 @@ class InboxShard:
 
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
-        prefix = f"inbox_shard_{self.config.index}"
+        prefix = table_prefix("inbox_shard", self.config.index, self.config.generation)
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA, identity="delivery_id")
         self._cursors = await store.keyed(f"{prefix}_cursors", CURSOR_SCHEMA, "id")
         rows = await self._deliveries.load()

@@ -16,6 +16,9 @@ import pyarrow as pa
 from actors.schemas import MANIFEST_SCHEMA
 from actors.storage import KeyedTable
 from mesh.errors import ConfigInvalid
+from mesh.layout import COUNT_KEYS, KINDS, Layout
+
+LAYOUT_KEY = "layout"  # {"counts": {kind: n}, "generations": {kind: g}}, written by a resize (actors.resize)
 
 
 class DeploymentManifest:
@@ -24,8 +27,22 @@ class DeploymentManifest:
     def __init__(self, table: KeyedTable) -> None:
         self._table = table
 
-    async def _stored(self) -> dict[str, Any]:
-        return {r["key"]: json.loads(r["value"]) for r in (await self._table.load()).to_pylist()}
+    async def stored(self) -> dict[str, Any]:
+        """Every key and value, with the partition counts of the layout in force (a resize's ``layout``
+        row supersedes the counts recorded at the first start)."""
+        values = {r["key"]: json.loads(r["value"]) for r in (await self._table.load()).to_pylist()}
+        for kind, count in values.get(LAYOUT_KEY, {}).get("counts", {}).items():
+            values[COUNT_KEYS[kind]] = count
+        return values
+
+    def layout(self, stored: dict[str, Any], wanted: dict[str, int]) -> Layout:
+        """The partition layout in force (a kind never recorded counts as ``wanted``)."""
+        counts = {kind: int(stored.get(COUNT_KEYS[kind], wanted[kind])) for kind in KINDS}
+        return Layout(counts, dict(stored.get(LAYOUT_KEY, {}).get("generations", {})))
+
+    async def switch_layout(self, layout: Layout) -> None:
+        """Put ``layout`` in force: one row, so one commit (a resize's switch)."""
+        await self._put({LAYOUT_KEY: {"counts": layout.counts, "generations": layout.generations}})
 
     async def _put(self, values: dict[str, Any]) -> None:
         rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(values.items())]
@@ -38,7 +55,7 @@ class DeploymentManifest:
         the engine the stored corpus was made with (serve with it, and reembed
         to move to the configured one); None when they agree.
         """
-        stored = await self._stored()
+        stored = await self.stored()
         if not stored:
             await self._put(dict(wanted))
             return None
@@ -59,7 +76,7 @@ class DeploymentManifest:
 
     async def remember_erasure_key(self, public_jwk: dict[str, Any]) -> list[dict[str, Any]]:
         """Add an erasure-receipt public key (once per ``kid``); every key the deployment ever signed with."""
-        keys: list[dict[str, Any]] = list((await self._stored()).get("erasure_keys", []))
+        keys: list[dict[str, Any]] = list((await self.stored()).get("erasure_keys", []))
         if all(k.get("kid") != public_jwk.get("kid") for k in keys):
             keys.append(public_jwk)
             await self._put({"erasure_keys": keys})

@@ -78,14 +78,33 @@ class RayDirectory(TypedDirectory):
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
         self._handles: dict[str, Any] = {}
-        extra: dict[str, Any] = {"lifetime": "detached"} if detached else {}
+        self._extra: dict[str, Any] = {"lifetime": "detached"} if detached else {}
         if spread:
-            extra["scheduling_strategy"] = "SPREAD"
-        for name, (cls, args) in (plan or {}).items():
+            self._extra["scheduling_strategy"] = "SPREAD"
+        self.create(plan or {})
+
+    def create(self, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Create the actors of ``plan``, or attach to those already running under their names. A name this
+        directory already holds is skipped: replacing the creating handle would drop the last reference Ray
+        counts for a non-detached actor, and Ray would destroy it."""
+        for name, (cls, args) in plan.items():
+            if name in self._handles:
+                continue
             options: Any = ray.remote(cls).options(
-                name=name, namespace=spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **extra
+                name=name, namespace=self.spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **self._extra
             )
             self._handles[name] = options.remote(*args)
+
+    def call_now(self, kind: ActorKind[Any], method: str, *args: Any, timeout_s: float = 600.0) -> Any:
+        """Call an actor from synchronous code (a head's start, before its event loop runs): its answer,
+        or its MemeshError raised as is."""
+        handle = self.proxy(kind).handle
+        try:
+            return ray.get(getattr(handle, method).remote(*args), timeout=timeout_s)
+        except RayTaskError as exc:
+            if isinstance(exc.cause, MemeshError):
+                raise exc.cause from None
+            raise InternalError(f"{kind.actor_name(None)}.{method} failed") from exc
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> RayActor:
         name = kind.actor_name(index)
@@ -131,6 +150,15 @@ def connect(address: str | None, namespace: str) -> None:
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
+
+
+def deployment_running(spec: DirectorySpec) -> bool:
+    """Whether the deployment's actors already run (a head started before this one made them)."""
+    try:
+        ray.get_actor("registry", namespace=spec.namespace)
+    except ValueError:
+        return False
+    return True
 
 
 def gcs_address() -> str:

@@ -30,10 +30,12 @@ from actors.chores import LoadOnce, Periodic
 from actors.codecs import agents_from_arrow, agents_to_arrow, sessions_from_arrow, sessions_to_arrow
 from actors.group_commit import GroupCommitter
 from actors.manifest import DeploymentManifest
+from actors.resize import settle_layout
 from actors.schemas import AGENT_SCHEMA, DESCRIPTOR_SCHEMA, MANIFEST_SCHEMA, SESSION_SCHEMA, SUBJECT_SCHEMA
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from mesh.errors import Conflict, NotFound, QuotaExceeded
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
+from mesh.layout import Settled
 from mesh.model import Session
 
 
@@ -113,6 +115,12 @@ class Registry:
         await self._sweeper.stop()
         for committer in (self._agent_commit, self._session_commit, self._subject_commit):
             await committer.flush()
+
+    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool) -> Settled:
+        """The partition layout the other actors start with, resized to ``wanted`` first when it differs
+        (``actors.resize``). Asked before anything else of a new registry, so the resize, which switches
+        the manifest, happens before this actor loads it: the manifest keeps one writer."""
+        return await settle_layout(self.config.storage, wanted, dims, running)
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None:
         """Record the deployment's shape on first start; refuse a different one later (``DeploymentManifest.claim``)."""

@@ -42,6 +42,7 @@ from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
 from mesh.errors import MemeshError, RateLimited
 from mesh.ids import IdSource
+from mesh.layout import table_prefix
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.neighbours import neighbour_scenes
 from mesh.partition import MemoryPartition
@@ -62,6 +63,7 @@ class ShardConfig:
     propagation: PropagationConfig | None = None  # None: this shard starts no walks
     walk_batch: int = 64  # walks decided together, in lockstep
     max_walk_backlog: int = 100_000  # walks waiting past which new writes are refused (429), until they drain
+    generation: int = 0  # of the partition layout (mesh.layout): which tables this shard owns
 
 
 Record = Cell | Scene
@@ -120,7 +122,7 @@ class SceneShard:
 
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
-        prefix = f"scene_shard_{self.config.index}"
+        prefix = table_prefix("scene_shard", self.config.index, self.config.generation)
         self._cells = await store.keyed(f"{prefix}_cells", cell_schema(self.config.dims), "id", identity="id")
         self._scenes = await store.keyed(f"{prefix}_scenes", scene_schema(self.config.dims), "id", identity="id")
         scene_rows, cell_rows = await self._scenes.load(), await self._cells.load()

@@ -164,6 +164,23 @@ class LanceStore:
                 await table.add_columns(missing)
             return RowTable(name, table, schema, self._sync_path, self._config.keep_versions_s, identity)
 
+    async def table_names(self) -> list[str]:
+        """Every table of the database."""
+        names: list[str] = []
+        token: str | None = None
+        with storage_errors("list tables"):
+            while True:
+                page = await self._db.list_tables(page_token=token, limit=1000)
+                names += page.tables
+                token = page.page_token
+                if not token:
+                    return names
+
+    async def drop(self, name: str) -> None:
+        """Remove table ``name`` and its files (absent already is fine)."""
+        with storage_errors(f"drop {name}"):
+            await self._db.drop_table(name, ignore_missing=True)
+
     async def keyed(self, name: str, schema: pa.Schema, key: str, identity: str | None = None) -> KeyedTable:
         """``table`` as a :class:`KeyedTable` by ``key``, compacted every ``optimize_every`` commits."""
         return KeyedTable(await self.table(name, schema, identity), key, self._config.optimize_every)

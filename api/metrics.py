@@ -56,6 +56,7 @@ from api.errors import error_response
 from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub
 from mesh.errors import ErrorCode, MemeshError
+from mesh.layout import Settled
 
 METRICS_PATH = "/metrics"
 REFRESH_TIMEOUT_S = 1.0
@@ -125,9 +126,26 @@ class ServiceCollector(Collector):
         yield GaugeMetricFamily(
             "memesh_inbox_streams_open", "Open /v1/inbox streams on this head.", value=memesh.inbox.open_streams
         )
+        yield from partition_metrics(memesh.partitions)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
+
+
+def partition_metrics(settled: Settled) -> Iterator[Metric]:
+    """The partition layout in force, and what the resize at this head's start moved (``actors.resize``)."""
+    kinds = ["kind"]
+    count = GaugeMetricFamily("memesh_partitions", "Actors of each partitioned kind.", labels=kinds)
+    generation = GaugeMetricFamily("memesh_partition_generation", "Resizes each kind has had.", labels=kinds)
+    rows = GaugeMetricFamily("memesh_partition_moved_rows", "Rows the resize at this head's start moved.", labels=kinds)
+    seconds = GaugeMetricFamily("memesh_partition_move_seconds", "How long the resize at this head's start took.", labels=kinds)
+    moves = {move.kind: move for move in settled.moves}
+    for kind, n in sorted(settled.layout.counts.items()):
+        count.add_metric([kind], float(n))
+        generation.add_metric([kind], float(settled.layout.generation(kind)))
+        rows.add_metric([kind], float(moves[kind].rows if kind in moves else 0))
+        seconds.add_metric([kind], moves[kind].seconds if kind in moves else 0.0)
+    yield from (count, generation, rows, seconds)
 
 
 def metrics_registry(memesh: Memesh) -> tuple[CollectorRegistry, ServiceCollector]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,11 @@ from actors.directory import InProcessDirectory
 from actors.embedder import EmbedderConfig, EmbedderWorker
 from actors.head_roster import HeadRoster, HeadRosterConfig
 from actors.inbox_shard import InboxRetention, InboxShard, InboxShardConfig
+from actors.kinds import REGISTRY
 from actors.observatory import Observatory, ObservatoryConfig
 from actors.propagation import PropagationConfig
 from actors.registry import Registry, RegistryConfig
+from actors.resize import settle_layout_blocking
 from actors.scene_shard import SceneShard, ShardConfig
 from actors.storage import StorageConfig
 from cluster.settings import Settings
@@ -34,6 +37,7 @@ from head.memory_service import MemoryLimits
 from head.observatory_hub import ObservatoryHubConfig
 from head.private_files import write_private_file
 from head.usage import Quotas
+from mesh.layout import Layout, Settled
 from mesh.ratelimit import BucketPolicy
 from mesh.seam import Directory, DirectorySpec
 
@@ -61,8 +65,29 @@ def storage_config(settings: Settings) -> StorageConfig:
     )
 
 
-def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | None) -> dict[str, tuple[type, tuple[Any, ...]]]:
-    """Every actor of the deployment: its name, class and constructor arguments."""
+def wanted_counts(settings: Settings) -> dict[str, int]:
+    ray = settings.ray
+    return {"scene_shard": ray.scene_shards, "beacon_set": ray.beacon_sets, "inbox_shard": ray.inbox_shards}
+
+
+def registry_plan(settings: Settings) -> dict[str, tuple[type, tuple[Any, ...]]]:
+    """The registry, created first: it settles the partition layout the others start with."""
+    retention = settings.retention
+    registry = RegistryConfig(
+        storage=storage_config(settings),
+        max_open_sessions=settings.limits.max_open_sessions_per_agent,
+        closed_session_max_age_s=retention.closed_session_max_age_s,
+        sweep_interval_s=retention.sweep_interval_s,
+    )
+    return {"registry": (Registry, (registry,))}
+
+
+def actor_plan(
+    settings: Settings, dims: int, lookup: Callable[[], Directory] | None, layout: Layout | None = None
+) -> dict[str, tuple[type, tuple[Any, ...]]]:
+    """Every actor of the deployment: its name, class and constructor arguments; the partitioned ones own
+    the tables of ``layout``'s generations (settled first: ``actors.resize``)."""
+    layout = layout or Layout(wanted_counts(settings))
     storage = storage_config(settings)
     retention = settings.retention
     prop = settings.propagation
@@ -83,10 +108,13 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
             propagation=propagation,
             walk_batch=prop.walk_batch,
             max_walk_backlog=prop.max_walk_backlog,
+            generation=layout.generation("scene_shard"),
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     for i in range(settings.ray.beacon_sets):
-        beacon_config = BeaconSetConfig(storage, i, dims, retention.sweep_interval_s, prop.prior())
+        beacon_config = BeaconSetConfig(
+            storage, i, dims, retention.sweep_interval_s, prop.prior(), generation=layout.generation("beacon_set")
+        )
         plan[f"beacon_set:{i}"] = (BeaconSet, (beacon_config,))
     inbox_retention = InboxRetention(
         acked_max_age_s=retention.acked_delivery_max_age_s,
@@ -95,14 +123,9 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
         budget=prop.budget(),
     )
     for i in range(settings.ray.inbox_shards):
-        plan[f"inbox_shard:{i}"] = (InboxShard, (InboxShardConfig(storage, i, inbox_retention),))
-    registry = RegistryConfig(
-        storage=storage,
-        max_open_sessions=settings.limits.max_open_sessions_per_agent,
-        closed_session_max_age_s=retention.closed_session_max_age_s,
-        sweep_interval_s=retention.sweep_interval_s,
-    )
-    plan["registry"] = (Registry, (registry,))
+        inbox_config = InboxShardConfig(storage, i, inbox_retention, layout.generation("inbox_shard"))
+        plan[f"inbox_shard:{i}"] = (InboxShard, (inbox_config,))
+    plan.update(registry_plan(settings))
     observatory = ObservatoryConfig(settings.observatory.max_events, settings.observatory.max_age_s)
     plan["observatory"] = (Observatory, (observatory,))
     plan["audit_log"] = (AuditLog, (AuditLogConfig(storage),))
@@ -117,21 +140,30 @@ def actor_plan(settings: Settings, dims: int, lookup: Callable[[], Directory] | 
     return plan
 
 
-def build_directory(settings: Settings, dims: int) -> Directory:
+def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
+    """Settle the partition layout (a changed shard count is resized here, before any actor starts:
+    ``actors.resize``), then create the deployment's actors, or attach to them when they run."""
     spec = directory_spec(settings)
+    wanted = wanted_counts(settings)
     if settings.ray.in_process:
-        plan = actor_plan(settings, dims, None)
-        return InProcessDirectory(spec, {name: cls(*args) for name, (cls, args) in plan.items()})
-    from actors.ray_directory import RayDirectory, RayLookup, connect
+        with ThreadPoolExecutor(1) as pool:  # its own event loop, whatever the caller runs
+            settled = pool.submit(settle_layout_blocking, storage_config(settings), wanted, dims, False).result()
+        plan = actor_plan(settings, dims, None, settled.layout)
+        return InProcessDirectory(spec, {name: cls(*args) for name, (cls, args) in plan.items()}), settled
+    from actors.ray_directory import RayDirectory, RayLookup, connect, deployment_running
 
     connect(settings.ray.address, settings.ray.namespace)
+    running = deployment_running(spec)
+    ray_settings = settings.ray
+    directory = RayDirectory(spec, registry_plan(settings), ray_settings.detached, ray_settings.placement == "spread")
+    # The registry (the manifest's one writer) settles the layout, resizing first if the counts changed.
+    settled = directory.call_now(REGISTRY, "settle_layout", wanted, dims, running)
     # ``ray.detached``: heads joined to a Ray cluster come and go, the actors outlive the head that made
     # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
     # ``ray.placement``: "spread" puts the actors on as many nodes as the cluster has (a lost node then
     # takes a fraction of them, restarted elsewhere from shared storage); "pack" keeps Ray's default.
-    ray_settings = settings.ray
-    plan = actor_plan(settings, dims, RayLookup(spec))
-    return RayDirectory(spec, plan, ray_settings.detached, ray_settings.placement == "spread")
+    directory.create(actor_plan(settings, dims, RayLookup(spec), settled.layout))
+    return directory, settled
 
 
 def rate_policies(settings: Settings) -> dict[str, BucketPolicy]:
@@ -153,11 +185,13 @@ def build_memesh(settings: Settings) -> Memesh:
         """The configured engine (it serves too unless the stored corpus was made by another)."""
         return engine
 
-    directory = build_directory(settings, local.dims)
+    directory, settled = build_directory(settings, local.dims)
+    for move in settled.moves:
+        log.warning("resize: %s", move)
     pool = settings.embedding.pool
     engine: EmbeddingEngine = PooledEngine(directory, local.name, local.dims, pool) if pool else local
     limits, quotas, embedding = settings.limits, settings.quotas, settings.embedding
-    return Memesh(
+    memesh = Memesh(
         directory,
         Embedder(engine, embedding.max_batch, embedding.max_queued_texts, embedding.max_queued_texts_per_tenant),
         rate_policies(settings),
@@ -195,6 +229,8 @@ def build_memesh(settings: Settings) -> Memesh:
         heads_lease_s=settings.heads.lease_s,
         heads_poll_s=settings.heads.poll_s,
     )
+    memesh.partitions = settled
+    return memesh
 
 
 async def start_core(memesh: Memesh, settings: Settings) -> Path | None:

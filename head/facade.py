@@ -38,6 +38,7 @@ from head.usage import Quotas, UsageLedger
 from mesh.errors import MemeshError, Unauthorized, Unavailable
 from mesh.identity import Principal
 from mesh.ids import Clock
+from mesh.layout import Layout, Settled
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.seam import Directory, every_actor
 from mesh.tuning import RecallTuning, RetrievalTuning
@@ -80,6 +81,8 @@ class Memesh:
         reembed moves the corpus to (default: the serving engine, re-run in place)."""
         self.directory = directory
         self.embedder = embedder
+        # the partition layout in force and the moves this head's start made (set by cluster.compose)
+        self.partitions = Settled(Layout({}))
         ids = system_ids(clock)
         self.usage = UsageLedger(directory, quotas, monotonic)
         self.memory = MemoryService(

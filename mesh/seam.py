@@ -25,6 +25,7 @@ from mesh.erasure import JournalEntry, Selector, ShardErasePlan
 from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
+from mesh.layout import Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import SearchAnswer, SearchRequest
@@ -162,6 +163,8 @@ class InboxShardActor(Actor, Protocol):
 
 class RegistryActor(Actor, Protocol):
     """Agents, credentials, sessions, OIDC subjects, descriptors and the deployment manifest."""
+
+    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool) -> Settled: ...
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None: ...
 

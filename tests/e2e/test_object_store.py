@@ -1,11 +1,13 @@
 """memesh with its tables in an S3-compatible object store: a real moto S3 server on loopback (the
 ``moto[server]`` package; it speaks the S3 REST protocol LanceDB's object store client uses, as MinIO or
 AWS S3 would). The endpoint and credentials travel in ``storage.options``, so actors in Ray worker
-processes reach the store without any environment set on the nodes."""
+processes reach the store without any environment set on the nodes. The same run resizes the deployment
+at a restart, on the object store."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.servers import Server, free_port
+from tests.servers import BIN, Server, free_port
 
 BUCKET = "memesh-e2e"
 
@@ -63,9 +65,12 @@ def stored_keys(endpoint: str) -> list[str]:
     return keys
 
 
-def test_cells_beacons_and_cursors_live_in_the_object_store_across_a_restart(
+def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beacon_and_cursor(
     ray_address: str, tmp_path: Path, s3_endpoint: str
 ) -> None:
+    """Written with 2 / 2 / 2 shards, stopped, started with 5 / 3 / 4: the start resizes (``actors.resize``)
+    on the object store, and every cell, delivery, cursor and beacon is where requests look for it. A head
+    asking for other counts while the deployment runs is refused before it serves."""
     options = {
         "aws_endpoint": s3_endpoint,
         "aws_access_key_id": "test",
@@ -75,48 +80,68 @@ def test_cells_beacons_and_cursors_live_in_the_object_store_across_a_restart(
     }
     env = {"MEMESH_STORAGE__URI": f"s3://{BUCKET}/deployment/lance", "MEMESH_STORAGE__OPTIONS": json.dumps(options)}
     data_dir = tmp_path / "head"
-    server = Server(data_dir, ray_address, "hash", env).start()
+    server = Server(data_dir, ray_address, "hash", {**env, **counts(2, 2, 2)}).start()
+    written: dict[str, tuple[str, str]] = {}
+    listeners: dict[str, tuple[int, list[int]]] = {}
     try:
-        listener = server.issue("s3co", "Reader", "listener")["plaintext_secret"]
-        writer = server.issue("s3co", "Writer", "writer")["plaintext_secret"]
-        with server.http(listener) as http:
-            assert http.post("/v1/beacons", json={"interest": "object store migration"}).status_code in (200, 201)
-        written = {}
-        with server.http(writer) as http:
-            for i in range(5):
-                content = f"the object store migration finished step {i}"
-                response = http.post("/v1/cells", json={"content": content, "cell_type": "Fact"})
-                assert response.status_code == 201, response.text
-                written[response.json()["id"]] = content
-        with server.http(listener) as http:
-            deadline = time.monotonic() + 60
-            while not (page := http.post("/v1/inbox:pull", json={}).json())["items"]:
-                assert time.monotonic() < deadline, "no delivery reached the listener"
-                time.sleep(0.2)
-            acked = page["items"][0]["delivery_seq"]
-            assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
+        for t in range(4):
+            listener = server.issue(f"s3co-{t}", "Reader", "listener")["plaintext_secret"]
+            writer = server.issue(f"s3co-{t}", "Writer", "writer")["plaintext_secret"]
+            with server.http(listener) as http:
+                assert http.post("/v1/beacons", json={"interest": "object store migration"}).status_code in (200, 201)
+            with server.http(writer) as http:
+                for i in range(3):
+                    content = f"the object store migration {t} finished step {i}"
+                    response = http.post("/v1/cells", json={"content": content, "cell_type": "Fact"})
+                    assert response.status_code == 201, response.text
+                    written[response.json()["id"]] = (writer, content)
+            with server.http(listener) as http:
+                deadline = time.monotonic() + 60
+                while not (page := http.post("/v1/inbox:pull", json={}).json())["items"]:
+                    assert time.monotonic() < deadline, "no delivery reached the listener"
+                    time.sleep(0.2)
+                acked = min(i["delivery_seq"] for i in page["items"])
+                assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
+                listeners[listener] = (acked, [])
+        time.sleep(1.0)  # the walks of the last writes land
+        for listener, (acked, _) in listeners.items():
+            with server.http(listener) as http:
+                shown = sorted(i["delivery_seq"] for i in http.post("/v1/inbox:pull", json={}).json()["items"])
+            listeners[listener] = (acked, shown)
     finally:
         assert server.stop() == 0, server.output()[-3000:]
 
     keys = stored_keys(s3_endpoint)
-    assert any(k.startswith("deployment/lance/") and "cells" in k for k in keys), keys[:20]
+    assert any(k.startswith("deployment/lance/scene_shard_0_cells") for k in keys), keys[:20]
     assert not (data_dir / "lance").exists(), "tables were written to the head's disk, not the object store"
 
-    again = Server(data_dir, ray_address, "hash", env).start()
+    again = Server(data_dir, ray_address, "hash", {**env, **counts(5, 3, 4)}).start()
     try:
-        with again.http(writer) as http:
-            for cell_id, content in written.items():
+        assert "resize: scene_shards 2 -> 5" in again.output(), again.output()[-3000:]
+        for cell_id, (writer, content) in written.items():
+            with again.http(writer) as http:
                 found = http.post("/v1/recall", json={"text": content, "k": 3})
-                assert found.status_code == 200 and cell_id in found.text, found.text
-        with again.http(listener) as http:
-            assert http.post("/v1/inbox:pull", json={}).json()["cursor"] == acked
-        with again.http(writer) as http:  # the beacon was reloaded from the store: a new write still reaches it
-            late = http.post("/v1/cells", json={"content": "object store migration step 9", "cell_type": "Fact"})
-            assert late.status_code == 201, late.text
-        with again.http(listener) as http:
-            deadline = time.monotonic() + 60
-            while "step 9" not in http.post("/v1/inbox:pull", json={}).text:
-                assert time.monotonic() < deadline, "the reloaded beacon never received the new write"
-                time.sleep(0.2)
+                assert found.status_code == 200 and cell_id in found.text, f"{content!r} lost in the resize"
+        for listener, (acked, shown) in listeners.items():
+            with again.http(listener) as http:
+                page = http.post("/v1/inbox:pull", json={}).json()
+                assert page["cursor"] == acked
+                assert sorted(i["delivery_seq"] for i in page["items"]) == shown
+        keys = stored_keys(s3_endpoint)
+        assert any(k.startswith("deployment/lance/scene_shard_g1_4_cells") for k in keys), "no table of the new layout"
+        assert not any(k.startswith("deployment/lance/scene_shard_0_cells") for k in keys), "the old layout's tables stayed"
+        refused = subprocess.run(
+            [str(BIN / "memesh"), "serve", "--ray-address", ray_address, "--data-dir", str(data_dir), "--engine", "hash"],
+            env={**os.environ, **env, **counts(2, 3, 4), "MEMESH_RAY__NAMESPACE": again.namespace},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert refused.returncode == 2 and "stop every head" in refused.stderr, refused.stderr[-2000:]
     finally:
         again.stop()
+
+
+def counts(scene: int, beacon: int, inbox: int) -> dict[str, str]:
+    names = ("MEMESH_RAY__SCENE_SHARDS", "MEMESH_RAY__BEACON_SETS", "MEMESH_RAY__INBOX_SHARDS")
+    return dict(zip(names, (str(scene), str(beacon), str(inbox)), strict=True))

@@ -35,11 +35,11 @@ async def test_the_deployment_shape_is_claimed_with_the_data(tmp_path: object, m
     assert key_file is not None and key_file.exists()
     assert await start_core(first, settings) is None  # the admin exists: no new key
     await first.close()
-    reshaped = make_core(ray={"scene_shards": 3})
-    with pytest.raises(ConfigInvalid, match="scene_shards"):
-        await start_core(reshaped, in_process_settings(tmp_path / "data", ray={"scene_shards": 3}))  # type: ignore[operator]
-    await reshaped.close()
     other_engine = make_core(embedding={"dims": 128})
     with pytest.raises(ConfigInvalid, match="embedding_engine"):
         await start_core(other_engine, in_process_settings(tmp_path / "data", embedding={"dims": 128}))  # type: ignore[operator]
     await other_engine.close()
+    reshaped = make_core(ray={"scene_shards": 3})  # a changed count is a resize (tests/unit/test_resize.py)
+    await start_core(reshaped, in_process_settings(tmp_path / "data", ray={"scene_shards": 3}))  # type: ignore[operator]
+    assert reshaped.directory.spec.scene_shards == 3
+    await reshaped.close()

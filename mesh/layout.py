@@ -1,0 +1,82 @@
+"""The partition layout: how many actors of each partitioned kind a deployment has, and which tables they own.
+
+Scene shards, beacon sets and inbox shards each own tables named by their
+index. A layout gives every kind its count and a *generation*: changing a
+count (a resize) writes the kind's rows into tables of the next generation,
+routed by the same keys as requests (:mod:`mesh.sharding`), and only then
+switches the deployment's manifest to the new count and generation, so a
+resize cut short by a crash leaves the old tables in force and is simply done
+again. Generation 0 keeps the names deployments have always had.
+
+Guarantees: :func:`table_prefix` is the one naming rule for a partitioned
+actor's tables; :func:`parse_table` inverts it, so tables of another
+generation are recognised (and dropped once a resize is done).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+KINDS = ("scene_shard", "beacon_set", "inbox_shard")
+COUNT_KEYS = {"scene_shard": "scene_shards", "beacon_set": "beacon_sets", "inbox_shard": "inbox_shards"}
+GENERATIONS_KEY = "layout_generations"  # manifest key: {kind: generation}
+
+
+def table_prefix(kind: str, index: int, generation: int) -> str:
+    """The prefix of the tables partition ``index`` of ``kind`` owns at ``generation``."""
+    if kind not in KINDS:
+        raise ValueError(f"not a partitioned kind: {kind}")
+    return f"{kind}_{index}" if generation == 0 else f"{kind}_g{generation}_{index}"
+
+
+_TABLE = re.compile(r"^(scene_shard|beacon_set|inbox_shard)_(?:g(\d+)_)?(\d+)_([a-z_]+)$")
+
+
+def parse_table(name: str) -> tuple[str, int, int, str] | None:
+    """``(kind, generation, index, suffix)`` of a partitioned actor's table name, or None for any other table."""
+    match = _TABLE.match(name)
+    if match is None:
+        return None
+    kind, generation, index, suffix = match.groups()
+    return kind, int(generation or 0), int(index), suffix
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Counts and generations of the partitioned kinds (picklable; what the actor plan is built from)."""
+
+    counts: dict[str, int]
+    generations: dict[str, int] = field(default_factory=dict)
+
+    def generation(self, kind: str) -> int:
+        return self.generations.get(kind, 0)
+
+    def prefix(self, kind: str, index: int) -> str:
+        return table_prefix(kind, index, self.generation(kind))
+
+    def resized(self, wanted: dict[str, int]) -> list[str]:
+        """The kinds whose count ``wanted`` changes."""
+        return [kind for kind in KINDS if kind in self.counts and wanted[kind] != self.counts[kind]]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One kind resized at this start: its count before and after, the rows copied and the seconds it took."""
+
+    kind: str
+    count_from: int
+    count_to: int
+    rows: int
+    seconds: float
+
+    def __str__(self) -> str:
+        return f"{COUNT_KEYS[self.kind]} {self.count_from} -> {self.count_to}: {self.rows} rows moved in {self.seconds:.2f}s"
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The layout in force, and the moves this start made to reach it (none without a resize)."""
+
+    layout: Layout
+    moves: tuple[Move, ...] = ()

@@ -1,0 +1,153 @@
+"""Changing the shard counts of a deployment with data: every cell, beacon, delivery and cursor moves to the
+partition its key routes to under the new counts (``actors.resize``), on the real LanceDB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.resize import _copy_kind, settle_layout
+from actors.storage import LanceStore, StorageConfig
+from api.metrics import partition_metrics
+from cluster.compose import start_core, storage_config, wanted_counts
+from head.facade import Memesh
+from mesh.errors import ConfigInvalid
+from mesh.layout import Layout, parse_table
+from mesh.query import NodeFilter
+from mesh.seam import beacon_set_index
+from tests.unit.conftest import in_process_settings
+from tests.unit.test_propagation import agent, drain, settle, write
+
+TENANTS = 6
+
+
+@dataclass
+class World:
+    cells: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (writer key, content)
+    listeners: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # key -> (tenant, acked, newest seq)
+    pending: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # key -> what a pull shows: (seq, content)
+    writers: dict[str, str] = field(default_factory=dict)  # tenant -> writer key
+    beacons: dict[str, str] = field(default_factory=dict)  # listener key -> its beacon's id
+
+
+async def populate(core: Memesh) -> World:
+    world = World()
+    for t in range(TENANTS):
+        tenant = f"tenant-{t}"
+        listener, listener_key = await agent(core, tenant, "Reader")
+        writer, writer_key = await agent(core, tenant, "Writer")
+        world.writers[tenant] = writer_key
+        world.beacons[listener_key] = (await core.inbox.place_beacon(listener, "database failover drill")).id
+        for i in range(3):
+            content = f"database failover drill {t} step {i}"
+            world.cells[await write(core, writer, content)] = (writer_key, content)
+        page = await drain(core, listener)
+        assert page["items"], f"{tenant}: nothing delivered before the resize"
+        acked = page["items"][0]["delivery_seq"]
+        assert (await drain(core, listener, ack=acked))["cursor"] == acked
+        world.listeners[listener_key] = (tenant, acked, page["items"][-1]["delivery_seq"])
+    for key, (tenant, acked, _) in world.listeners.items():  # what each inbox holds when the deployment stops
+        page = await drain(core, await core.identity.authenticate(key))
+        world.pending[key] = shown(page)
+        world.listeners[key] = (tenant, acked, max(seq for seq, _ in world.pending[key]))
+    return world
+
+
+def shown(page: dict[str, Any]) -> list[tuple[int, str]]:
+    return sorted((i["delivery_seq"], i["diff"]["content"]) for i in page["items"])
+
+
+async def check(core: Memesh, world: World) -> None:
+    for cell_id, (key, content) in world.cells.items():
+        writer = await core.identity.authenticate(key)
+        found = await core.memory.recall(writer, content, None, 3, NodeFilter())
+        assert cell_id in [c.id for c in found], f"{content!r} lost in the resize"
+    for key, (tenant, acked, _) in world.listeners.items():
+        listener = await core.identity.authenticate(key)
+        page = await drain(core, listener)
+        assert page["cursor"] == acked, f"{tenant}: the acknowledged cursor moved"
+        assert shown(page) == world.pending[key], f"{tenant}: the inbox changed in the resize"
+    for key, (tenant, _, _) in world.listeners.items():  # every beacon moved with its agent
+        listener = await core.identity.authenticate(key)
+        home = core.directory.beacon_set(beacon_set_index(core.directory, listener.agent_id))
+        held = await home.list_for(listener.tenant_id, listener.agent_id, datetime.now(UTC))
+        assert [b.id for b in held] == [world.beacons[key]], f"{tenant}: its beacon is not where its agent routes"
+
+
+async def table_generations(settings_dir: Path) -> set[tuple[str, int]]:
+    store = await LanceStore.open(StorageConfig(str(settings_dir / "lance")))
+    return {(p[0], p[1]) for p in map(parse_table, await store.table_names()) if p is not None}
+
+
+async def started(make_core: Callable[..., Memesh], tmp_path: Path, **ray: int) -> Memesh:
+    core = make_core(ray=ray)
+    await start_core(core, in_process_settings(tmp_path / "data", ray=ray))
+    return core
+
+
+async def test_growing_then_shrinking_the_shard_counts_keeps_every_cell_beacon_delivery_and_cursor(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    core = await started(make_core, tmp_path)
+    world = await populate(core)
+    await core.close()
+
+    grown = await started(make_core, tmp_path, scene_shards=5, beacon_sets=3, inbox_shards=4)
+    assert grown.directory.spec.scene_shards == 5
+    moved = {m.kind: (m.count_from, m.count_to, m.rows) for m in grown.partitions.moves}
+    assert moved["scene_shard"][:2] == (2, 5) and moved["beacon_set"][:2] == (2, 3) and moved["inbox_shard"][:2] == (2, 4)
+    assert moved["scene_shard"][2] >= len(world.cells) and all(rows > 0 for _, _, rows in moved.values())
+    exposed = {(m.name, s.labels["kind"]): s.value for m in partition_metrics(grown.partitions) for s in m.samples}
+    assert exposed[("memesh_partitions", "scene_shard")] == 5 and exposed[("memesh_partition_generation", "inbox_shard")] == 1
+    assert exposed[("memesh_partition_moved_rows", "beacon_set")] == moved["beacon_set"][2]
+    await check(grown, world)
+    await grown.close()
+    assert await table_generations(tmp_path / "data") == {("scene_shard", 1), ("beacon_set", 1), ("inbox_shard", 1)}
+
+    shrunk = await started(make_core, tmp_path, scene_shards=1, beacon_sets=2, inbox_shards=3)
+    await check(shrunk, world)
+    await settle(shrunk)
+    await shrunk.close()
+    assert await table_generations(tmp_path / "data") == {("scene_shard", 2), ("beacon_set", 2), ("inbox_shard", 2)}
+
+    again = await started(make_core, tmp_path, scene_shards=1, beacon_sets=2, inbox_shards=3)  # no resize: no move
+    await check(again, world)
+    await again.close()
+    assert await table_generations(tmp_path / "data") == {("scene_shard", 2), ("beacon_set", 2), ("inbox_shard", 2)}
+
+
+async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is_done_again(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    core = await started(make_core, tmp_path)
+    world = await populate(core)
+    await core.close()
+    settings = in_process_settings(tmp_path / "data")
+    store = await LanceStore.open(storage_config(settings))
+    old = Layout(wanted_counts(settings))
+    await _copy_kind(store, "scene_shard", old, 5, 1, settings.embedding.dims)  # the copy ran, then the process died: no switch
+    assert ("scene_shard", 1) in await table_generations(tmp_path / "data")
+
+    same = await started(make_core, tmp_path)  # the old counts: the old tables are in force, the copy dropped
+    await check(same, world)
+    await same.close()
+    assert ("scene_shard", 1) not in await table_generations(tmp_path / "data")
+
+    resized = await started(make_core, tmp_path, scene_shards=5)
+    await check(resized, world)
+    await resized.close()
+
+
+async def test_a_resize_is_refused_while_the_deployment_runs(tmp_path: Path, make_core: Callable[..., Memesh]) -> None:
+    core = await started(make_core, tmp_path)
+    settings = in_process_settings(tmp_path / "data")
+    with pytest.raises(ConfigInvalid, match="stop every head"):
+        await settle_layout(storage_config(settings), {**wanted_counts(settings), "scene_shard": 3}, 384, running=True)
+    settled = await settle_layout(storage_config(settings), wanted_counts(settings), 384, running=True)
+    assert settled.layout.counts["scene_shard"] == 2 and not settled.moves
+    await core.close()
