@@ -14,7 +14,11 @@ process tree kept busy during the run. On a 2-core machine more heads cannot
 add cores; what they can show is whether one head's event loop (HTTP, Ray
 submission) was the limit.
 
-Run: ``.venv/bin/python -m bench.heads [--engine hash|minilm] [--heads 1,2,4] [--clients 16] [--requests 400]``.
+``--pools 0,1``: also each head count with an embedder pool of that size
+(``embedding.pool``: the model in embedder actors instead of in each head);
+``0`` is the head-local engine.
+
+Run: ``.venv/bin/python -m bench.heads [--engine hash|minilm] [--heads 1,2,4] [--pools 0] [--clients 16] [--requests 400]``.
 """
 
 from __future__ import annotations
@@ -61,17 +65,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--engine", default="hash", choices=["hash", "minilm", "minilm-onnx"])
     parser.add_argument("--heads", default="1,2,4")
+    parser.add_argument("--pools", default="0", help="embedder pool sizes to run each head count with (0: head-local)")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--cells", type=int, default=2000)
     args = parser.parse_args()
     counts = [int(n) for n in args.heads.split(",")]
-    banner(f"throughput with {counts} heads ({args.engine}, {args.clients} clients, {args.requests} requests a run)")
+    pools = [int(n) for n in args.pools.split(",")]
+    banner(f"throughput with {counts} heads, pools {pools} ({args.engine}, {args.clients} clients, {args.requests} requests)")
     report = Report()
     baseline: dict[str, float] = {}
-    for heads in counts:
+    for heads, pool in ((h, p) for h in counts for p in pools):
         gen = SentenceGen(SEED)  # the same corpus and requests for every N
-        with MemeshServer(args.engine, env={"MEMESH_HEADS__WORKERS": str(heads)}) as server:
+        env = {"MEMESH_HEADS__WORKERS": str(heads), "MEMESH_EMBEDDING__POOL": str(pool)}
+        with MemeshServer(args.engine, env=env) as server:
             wait_for_heads(server, heads)
             key = server.issue_key(name=f"bench-heads-{heads}")
             asyncio.run(concurrent_writes(server, key, gen, 4, max(1, args.cells // BATCH), BATCH))
@@ -82,9 +89,9 @@ def main() -> None:
                 result = one_run(server, key, gen, name, args.clients, args.requests)
                 cores = busy_cores(server.cpu().since(snap))
                 server.settle(600.0)
-                label = f"{name}, {heads} head{'s' if heads > 1 else ''}"
+                label = f"{name}, {heads} head{'s' if heads > 1 else ''}" + (f", pool {pool}" if pool else "")
                 baseline.setdefault(name, result.rate)
-                report.add(SECTION, label, result.rate, "req/s", "1 head", baseline[name])
+                report.add(SECTION, label, result.rate, "req/s", "first run", baseline[name])
                 report.add(SECTION, f"{label}, per busy core", result.rate / max(cores, 1e-9), "req/s/core")
                 report.add(SECTION, f"{label}, p99", percentile(result.latencies, 99) * 1000, "ms")
                 print(f"    {label}: {result.rate:.1f} req/s, {cores:.2f} cores busy", flush=True)
