@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,17 +42,24 @@ class RayActor(ActorProxy):
         self.handle = handle
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        try:
+        with memesh_errors(self.name, method):
             return await getattr(self.handle, method).remote(*args, **kwargs)
-        except RayTaskError as exc:
-            cause = exc.cause
-            if isinstance(cause, MemeshError):
-                raise cause from None
-            raise InternalError(f"{self.name}.{method} failed") from exc
-        except GetTimeoutError as exc:
-            raise TimedOut(f"{self.name} did not answer in time") from exc
-        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
-            raise Unavailable(f"{self.name} is unavailable") from exc
+
+
+@contextlib.contextmanager
+def memesh_errors(name: str, method: str) -> Iterator[None]:
+    """The one mapping of Ray's failures of an actor call to the memesh error vocabulary."""
+    try:
+        yield
+    except RayTaskError as exc:
+        cause = exc.cause
+        if isinstance(cause, MemeshError):
+            raise cause from None
+        raise InternalError(f"{name}.{method} failed") from exc
+    except GetTimeoutError as exc:
+        raise TimedOut(f"{name} did not answer in time") from exc
+    except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+        raise Unavailable(f"{name} is unavailable") from exc
 
 
 class RayDirectory(TypedDirectory):
@@ -98,13 +106,9 @@ class RayDirectory(TypedDirectory):
     def call_now(self, kind: ActorKind[Any], method: str, *args: Any, timeout_s: float = 600.0) -> Any:
         """Call an actor from synchronous code (a head's start, before its event loop runs): its answer,
         or its MemeshError raised as is."""
-        handle = self.proxy(kind).handle
-        try:
-            return ray.get(getattr(handle, method).remote(*args), timeout=timeout_s)
-        except RayTaskError as exc:
-            if isinstance(exc.cause, MemeshError):
-                raise exc.cause from None
-            raise InternalError(f"{kind.actor_name(None)}.{method} failed") from exc
+        actor = self.proxy(kind)
+        with memesh_errors(actor.name, method):
+            return ray.get(getattr(actor.handle, method).remote(*args), timeout=timeout_s)
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> RayActor:
         name = kind.actor_name(index)

@@ -119,10 +119,6 @@ def _destinations(kind: str, rows: Rows, count: int) -> dict[str, list[int | Non
     }
 
 
-async def _table_names(store: LanceStore) -> list[str]:
-    return await store.table_names()
-
-
 async def _read_kind(store: LanceStore, kind: str, layout: Layout, dims: int, existing: set[str]) -> Rows:
     rows: Rows = {}
     for table in TABLES[kind]:
@@ -138,7 +134,7 @@ async def _read_kind(store: LanceStore, kind: str, layout: Layout, dims: int, ex
 
 async def _copy_kind(store: LanceStore, kind: str, old: Layout, count: int, generation: int, dims: int) -> int:
     """Write every row of ``kind`` into the tables of ``generation`` at ``count`` partitions; rows moved."""
-    existing = set(await _table_names(store))
+    existing = set(await store.table_names())
     for name in existing:  # an earlier attempt at this generation, cut short: start again from empty tables
         parsed = parse_table(name)
         if parsed is not None and parsed[0] == kind and parsed[1] == generation:
@@ -160,7 +156,7 @@ async def _copy_kind(store: LanceStore, kind: str, old: Layout, count: int, gene
 
 
 async def _drop_other_generations(store: LanceStore, layout: Layout) -> None:
-    for name in await _table_names(store):
+    for name in await store.table_names():
         parsed = parse_table(name)
         if parsed is not None and parsed[1] != layout.generation(parsed[0]):
             log.info("dropping %s: a table of a partition layout no longer in force", name)
@@ -196,7 +192,7 @@ async def settle_layout(storage: StorageConfig, wanted: dict[str, int], dims: in
         raise ConfigInvalid(f"{changes}: the deployment runs with the old counts; stop every head, then start with the new")
     if "dims" in stored and stored["dims"] != dims:
         raise ConfigInvalid(f"{changes}: the data has {stored['dims']} dims, not {dims}; resize with the old engine")
-    if await _erases_unfinished(store, set(await _table_names(store))):
+    if await _erases_unfinished(store, set(await store.table_names())):
         raise ConfigInvalid(f"{changes}: an erase is unfinished; start once with the old counts so it completes, then resize")
     generations = {kind: layout.generation(kind) for kind in KINDS}
     moves = []
