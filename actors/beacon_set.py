@@ -30,21 +30,25 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
 
+from actors.beacon_reembed import BeaconReembedding
 from actors.chores import Background, LoadOnce, Periodic
 from actors.codecs import agent_nodes_from_arrow, agent_nodes_to_arrow, beacons_from_arrow, beacons_to_arrow
 from actors.group_commit import GroupCommitter
+from actors.presence import PresenceTeller
 from actors.schemas import STANDING_SCHEMA, agent_node_schema, beacon_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.tenant_nodes import RecentRemovals, TenantNodes
 from mesh.errors import NotFound, QuotaExceeded
 from mesh.layout import table_prefix
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
+from mesh.seam import Directory
 from mesh.standing import StandingPrior
 from mesh.storage_cost import stored_bytes
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
@@ -64,9 +68,13 @@ class BeaconSetConfig:
     generation: int = 0  # of the partition layout (mesh.layout): which tables this set owns
 
 
-class BeaconSet:
-    def __init__(self, config: BeaconSetConfig) -> None:
+class BeaconSet(BeaconReembedding):
+    def __init__(self, config: BeaconSetConfig, lookup: Callable[[], Directory] | None = None) -> None:
+        """``lookup``: how this set finds the scene shards whose walks it tells of the tenants it holds."""
         self.config = config
+        self._lookup = lookup
+        self._directory: Directory | None = None
+        self._presence = PresenceTeller(("beacon_set", config.index), self._dir)
         self.beacons: dict[str, Beacon] = {}
         self.agents: dict[str, AgentNode] = {}
         self._tenants: dict[str, TenantNodes] = {}
@@ -115,6 +123,21 @@ class BeaconSet:
         if stale:
             await self._beacon_commit.submit([(b, None) for b in stale])
         self._sweeper.start()
+        await self._presence.tell(self._tenants)  # again: repairs a crash between a first commit and its telling
+
+    def attach(self, directory: Directory) -> None:
+        """Give the set the directory it tells walkers through (in-process; Ray sets look it up)."""
+        self._directory = directory
+
+    def _dir(self) -> Directory | None:
+        if self._directory is None and self._lookup is not None:
+            self._directory = self._lookup()
+        return self._directory
+
+    async def tenants(self) -> list[str]:
+        """The tenants this set holds a beacon or agent node of (what a walker that starts asks)."""
+        await self._ready()
+        return sorted(self._tenants)
 
     def _tenant(self, tenant_id: str) -> TenantNodes:
         nodes = self._tenants.get(tenant_id)
@@ -194,6 +217,7 @@ class BeaconSet:
         for old in expired:
             self._drop_beacon(old)
         await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
+        await self._presence.tell([beacon.tenant_id])
         return beacon
 
     async def remove(self, tenant_id: str, agent_id: str, beacon_id: str) -> bool:
@@ -293,6 +317,7 @@ class BeaconSet:
             changed[agent_id] = node
         # Agent nodes are soft state: answer now, commit with the next batch.
         self._background.spawn(self._commit_agents(list(changed.values())))
+        await self._presence.tell(node.tenant_id for node in changed.values())
 
     async def _commit_agents(self, nodes: list[AgentNode]) -> None:
         try:
@@ -372,61 +397,6 @@ class BeaconSet:
         await self._agent_commit.flush()
 
     # ----------------------------------------------------------------- reembed
-    async def reembed_count(self) -> int:
-        await self._ready()
-        return len(self.beacons)
-
-    async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]:
-        """(id, interest) of up to ``limit`` beacons in id order after ``after`` without a staged vector."""
-        await self._ready()
-        ids = sorted(b.id for b in self.beacons.values() if (after is None or b.id > after) and b.id not in self._staged)
-        return [(bid, self.beacons[bid].interest) for bid in ids[:limit]]
-
-    async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
-        await self._ready()
-        self._staged.update((bid, v) for bid, v in vectors if bid in self.beacons)
-
-    def _switched(self, engine: str, writers: WriterSums) -> tuple[list[Beacon], list[AgentNode]]:
-        beacons = [replace(b, embedding=self._staged[b.id], engine=engine) for b in self.beacons.values() if b.id in self._staged]
-        nodes = [
-            AgentNode(a.agent_id, a.tenant_id, writers[a.agent_id][0].copy(), writers[a.agent_id][1])
-            for a in self.agents.values()
-            if a.agent_id in writers
-        ]
-        return beacons, nodes
-
-    async def _write(self, beacons: list[Beacon], nodes: list[AgentNode]) -> None:
-        assert self._beacon_table is not None and self._agent_table is not None
-        dims = self.config.dims
-        await self._beacon_table.write(beacons_to_arrow((b for b in beacons if b.id in self._beacon_table), dims))
-        await self._agent_table.write(agent_nodes_to_arrow((n for n in nodes if n.agent_id in self._agent_table), dims))
-
-    async def persist_staged(self, engine: str, writers: WriterSums) -> None:
-        """Phase one of a reembed switch: write the new beacon vectors and agent-node means; memory unchanged."""
-        await self._ready()
-        await self._drained()
-        await self._write(*self._switched(engine, writers))
-
-    async def apply_staged(self, engine: str, writers: WriterSums) -> None:
-        """Phase two: switch memory to the persisted vectors."""
-        await self._ready()
-        beacons, nodes = self._switched(engine, writers)
-        for beacon in beacons:
-            self._put_beacon(beacon)
-        for node in nodes:
-            self._put_agent(node)
-        self._staged = {}
-
-    async def revert_staged(self) -> None:
-        """Undo phase one: rewrite the current beacons and agent nodes, drop the staged vectors."""
-        await self._ready()
-        staged = set(self._staged)
-        self._staged = {}
-        await self._write([b for b in self.beacons.values() if b.id in staged], list(self.agents.values()))
-
-    async def discard_staged(self) -> None:
-        self._staged = {}
-
     async def close(self) -> None:
         await self._sweeper.stop()
         await self._standing_saver.stop()

@@ -2,8 +2,10 @@
 
 The walk's decisions are the pure :class:`mesh.walk.WalkState`; this module
 carries them out. Each wave is one message to every SceneShard and BeaconSet
-(their nodes nearest the frontier), gathered in full before the wave is
-decided, so the outcome never depends on which answer arrives first. Reaches
+that may hold a node of a walk's tenant (``owner_addressed``: the others are
+known to hold none, :mod:`mesh.presence`, so leaving them out changes nothing),
+asking for their nodes nearest the frontier; the answers are gathered in full
+before the wave is decided, so the outcome never depends on which arrives first. Reaches
 become deliveries, batched per InboxShard; events go to the Observatory when
 the diff is sampled, fire-and-forget and bounded.
 
@@ -16,6 +18,7 @@ de-duplicate; the writer's own agent node and beacons are left out unless
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -24,11 +27,15 @@ from datetime import datetime
 from typing import Any
 
 from actors.chores import Background
+from mesh.errors import MemeshError
 from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members
 from mesh.model import Cell, Vector
+from mesh.presence import Owner, OwnerPresence
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
 from mesh.walk import Candidate, Criterion, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
+
+log = logging.getLogger(__name__)
 
 DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
@@ -44,6 +51,7 @@ class PropagationConfig:
     observe: bool = True
     sample_rate: float = 1.0
     max_inflight_records: int = 64
+    owner_addressed: bool = True  # a wave messages only the owners that may hold the walk's tenant
 
 
 def diff_id_of(cell_id: str) -> str:
@@ -78,6 +86,9 @@ class Propagator:
         self._inflight_records = 0
         self._dropped = 0
         self._background = Background("observatory record")
+        self.presence = OwnerPresence()
+        self.walks = 0  # walks decided
+        self.messages = 0  # actor calls their waves made (the local shard's answers are not messages)
 
     async def walk(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Decide one walk (no deliveries made)."""
@@ -111,23 +122,72 @@ class Propagator:
                 )
                 for n in active
             ]
-            calls = [self._scene_neighbours(directory, i, requests) for i in range(spec.scene_shards)]
-            calls += [directory.beacon_set(i).neighbours_many(requests, now) for i in range(spec.beacon_sets)]
+            owners = [("scene_shard", i) for i in range(spec.scene_shards)]
+            owners += [("beacon_set", i) for i in range(spec.beacon_sets)]
+            asked = [(owner, self._addressed(owner, requests)) for owner in owners]
+            asked = [(owner, positions) for owner, positions in asked if positions]
+            calls = [self._neighbours(directory, owner, [requests[p] for p in positions], now) for owner, positions in asked]
+            self.messages += sum(1 for (kind, i), _ in asked if not self._is_local(kind, i))
             parts = await asyncio.gather(*calls)
+            gathered: list[list[dict[str, list[Candidate]]]] = [[] for _ in active]
+            for (_, positions), answers in zip(asked, parts, strict=True):
+                for position, answer in zip(positions, answers, strict=True):
+                    gathered[position].append(answer)
             for position, n in enumerate(active):
-                states[n].advance(merge_candidates([part[position] for part in parts], policy.fan_out, policy.leaf_fan_out))
+                states[n].advance(merge_candidates(gathered[position], policy.fan_out, policy.leaf_fan_out))
                 if position % YIELD_EVERY == YIELD_EVERY - 1:
                     await asyncio.sleep(0)  # searches queued on this actor run between walks, not after the wave
+        self.walks += len(jobs)
         return [
             WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
         ]
 
-    def _scene_neighbours(
-        self, directory: Directory, shard: int, requests: list[NeighbourRequest]
+    def _is_local(self, kind: str, index: int) -> bool:
+        return kind == "scene_shard" and self._local is not None and self._local[0] == index
+
+    def _addressed(self, owner: Owner, requests: list[NeighbourRequest]) -> list[int]:
+        """Positions of the requests ``owner`` is asked: those whose tenant it may hold (all of them for the
+        local shard, whose answer costs no message, or when walks are not owner-addressed)."""
+        if not self.config.owner_addressed or self._is_local(*owner):
+            return list(range(len(requests)))
+        return [p for p, r in enumerate(requests) if self.presence.may_hold(owner, r.tenant_id)]
+
+    def _neighbours(
+        self, directory: Directory, owner: Owner, requests: list[NeighbourRequest], now: datetime
     ) -> Awaitable[list[dict[str, list[Candidate]]]]:
-        if self._local is not None and self._local[0] == shard:
+        kind, index = owner
+        if kind == "beacon_set":
+            return directory.beacon_set(index).neighbours_many(requests, now)
+        if self._local is not None and self._local[0] == index:
             return self._local[1](requests)
-        return directory.scene_shard(shard).neighbours_many(requests)
+        return directory.scene_shard(index).neighbours_many(requests)
+
+    async def pull_presence(self, attempts: int = 6, timeout_s: float = 30.0) -> None:
+        """Ask every other owner which tenants it holds (a walker that starts knows nobody: until an owner
+        answers, it is messaged for every walk). An owner that does not answer after ``attempts`` stays
+        unknown, which costs messages, never deliveries."""
+        directory = self._directory()
+        spec = directory.spec
+        owners: list[Owner] = [("scene_shard", i) for i in range(spec.scene_shards) if not self._is_local("scene_shard", i)]
+        owners += [("beacon_set", i) for i in range(spec.beacon_sets)]
+
+        async def pull(owner: Owner) -> None:
+            kind, index = owner
+            self.presence.begin_pull(owner)
+            tenants: list[str] | None = None
+            for attempt in range(attempts):
+                try:
+                    actor = directory.beacon_set(index) if kind == "beacon_set" else directory.scene_shard(index)
+                    tenants = await asyncio.wait_for(actor.tenants(), timeout_s)
+                    break
+                except (MemeshError, TimeoutError) as exc:  # not created yet, restarting, busy: asked again
+                    log.info("presence of %s:%d not known yet (%s)", kind, index, exc)
+                    await asyncio.sleep(0.25 * 2**attempt)
+            self.presence.end_pull(owner, tenants)
+            if tenants is None:
+                log.warning("%s:%d did not say which tenants it holds: every walk messages it", kind, index)
+
+        await asyncio.gather(*(pull(owner) for owner in owners))
 
     async def propagate(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Update the writer's agent node, walk, deliver, and record the trace."""

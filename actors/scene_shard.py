@@ -26,7 +26,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -34,7 +34,9 @@ import numpy as np
 from actors.chores import Background, LoadOnce
 from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, scenes_to_arrow
 from actors.group_commit import GroupCommitter
+from actors.presence import PresenceTeller
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
+from actors.scene_reembed import SceneReembedding
 from actors.schemas import PROPAGATED_SCHEMA, cell_schema, scene_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.walk_queue import WalkQueue
@@ -69,7 +71,7 @@ class ShardConfig:
 Record = Cell | Scene
 
 
-class SceneShard:
+class SceneShard(SceneReembedding):
     """Also the home of the walks its writes start (``actors.walk_queue``, ``actors.propagation``)."""
 
     def __init__(self, config: ShardConfig, lookup: Callable[[], Directory] | None = None) -> None:
@@ -77,8 +79,12 @@ class SceneShard:
         self._lookup = lookup
         self._directory: Directory | None = None
         self._background = Background("scene shard commit")
+        self._propagator = (
+            Propagator(config.propagation, self._dir, (config.index, self.neighbours_many)) if config.propagation else None
+        )
+        self._presence = PresenceTeller(("scene_shard", config.index), self._own_dir)
         self._walks = WalkQueue(
-            Propagator(config.propagation, self._dir, (config.index, self.neighbours_many)) if config.propagation else None,
+            self._propagator,
             config.walk_batch,
             lambda: self.partition,
             self._background,
@@ -116,6 +122,10 @@ class SceneShard:
             self._directory = self._lookup()
         return self._directory
 
+    def _own_dir(self) -> Directory | None:
+        """The directory, or None for a shard on its own (no other walker to tell)."""
+        return None if self._directory is None and self._lookup is None else self._dir()
+
     async def _ready(self) -> MemoryPartition:
         await self._ready_once()
         return self.partition
@@ -132,6 +142,21 @@ class SceneShard:
         self.partition.load(scenes, cells)
         await self._walks.load(await store.table(f"{prefix}_propagated", PROPAGATED_SCHEMA), cells)
         log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
+        # Every tenant held, again: a crash between a first commit and its telling is repaired here.
+        await self._presence.tell(self.partition.tenants())
+        if self._propagator is not None and self._propagator.config.owner_addressed:
+            self._background.spawn(self._propagator.pull_presence())
+
+    async def tenants(self) -> list[str]:
+        """The tenants this shard holds a node of (what a walker that starts asks)."""
+        partition = await self._ready()
+        return sorted(partition.tenants())
+
+    async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None:
+        """Owner ``kind:index`` holds ``tenants``: this shard's walks message it for them (``mesh.presence``).
+        Answered without waiting for the load, so owners that load together never wait on each other."""
+        if self._propagator is not None:
+            self._propagator.presence.note((kind, index), tenants)
 
     async def health(self) -> dict[str, int]:
         partition = await self._ready()
@@ -139,6 +164,8 @@ class SceneShard:
             "cells": len(partition.cells),
             "scenes": len(partition.scenes),
             "walk_backlog": self._walks.backlog,
+            "walks": self._propagator.walks if self._propagator else 0,
+            "walk_messages": self._propagator.messages if self._propagator else 0,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
         }
@@ -186,6 +213,7 @@ class SceneShard:
         except Exception:
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
+        await self._presence.tell(c.tenant_id for c in outcome.created)
         self._walks.enqueue(outcome.created)
         return outcome.cells
 
@@ -350,79 +378,6 @@ class SceneShard:
         )
 
     # ----------------------------------------------------------------- reembed
-    async def reembed_count(self) -> int:
-        partition = await self._ready()
-        return len(partition.cells)
-
-    async def reembed_page(self, after: str | None, limit: int) -> list[tuple[str, str]]:
-        """(id, content) of up to ``limit`` cells in id order after ``after`` that have no staged vector."""
-        partition = await self._ready()
-        ids = sorted(cid for cid in partition.cells if (after is None or cid > after) and cid not in self._staged)
-        return [(cid, partition.cells[cid].content) for cid in ids[:limit]]
-
-    async def stage(self, vectors: list[tuple[str, Vector]]) -> None:
-        """Hold new vectors aside; reads keep using the current ones until ``commit_staged``."""
-        partition = await self._ready()
-        self._staged.update((cid, v) for cid, v in vectors if cid in partition.cells)
-
-    def _switched_cells(self, engine: str) -> list[Cell]:
-        """Every cell as it is after the switch: its staged vector, or its current one when none was staged."""
-        out = []
-        for cell in self.partition.cells.values():
-            vector = self._staged.get(cell.id)
-            out.append(replace(cell, embedding=vector, engine=engine) if vector is not None else cell)
-        return out
-
-    async def _write_cells(self, cells: list[Cell]) -> None:
-        assert self._cells is not None
-        persisted = [c for c in cells if c.id in self._cells]
-        for start in range(0, len(persisted), 2048):
-            await self._cells.write(cells_to_arrow(persisted[start : start + 2048], self.config.dims))
-
-    async def persist_staged(self, engine: str) -> WriterSums:
-        """Phase one of the switch: write every staged vector's row; reads keep the current vectors.
-
-        Returns, per writer, the sum and count of its cells' new vectors (their agent nodes' new means).
-        Called with writes, consolidations and erasures held back (``Embedder.gate``); access times
-        are not recorded until ``apply_staged`` or ``revert_staged``.
-        """
-        await self._ready()
-        self._switching = True
-        for committer in (self._commit, self._touch_commit):
-            await committer.flush()
-        cells = self._switched_cells(engine)
-        await self._write_cells(cells)
-        return writer_sums(cells, self.config.dims)
-
-    async def apply_staged(self, engine: str) -> None:
-        """Phase two: switch memory to the persisted vectors at once (scene centroids recomputed)."""
-        partition = await self._ready()
-        cells = self._switched_cells(engine)
-        scenes = [replace(s, members=[], cached_centroid=None) for s in partition.scenes.values()]  # the live ones stay intact
-        rebuilt = MemoryPartition(self.config.dims, self.config.tuning)
-        rebuilt.load(scenes, cells)
-        self.partition = rebuilt
-        self._staged = {}
-        self._switching = False
-        assert self._cells is not None and self._scenes is not None
-        fresh = [rebuilt.fresh(s) for s in rebuilt.scenes.values() if s.id in self._scenes]
-        await self._scenes.write(scenes_to_arrow(fresh, self.config.dims))
-        for table in (self._cells, self._scenes):
-            await table.rows.optimize_if_due(1)
-
-    async def revert_staged(self) -> None:
-        """Undo phase one after a failure elsewhere: rewrite the current vectors' rows, drop the staged ones."""
-        await self._ready()
-        staged = set(self._staged)
-        self._staged = {}
-        try:
-            await self._write_cells([c for c in self.partition.cells.values() if c.id in staged])
-        finally:
-            self._switching = False
-
-    async def discard_staged(self) -> None:
-        self._staged = {}
-
     async def _flush(self, changes: list[Record]) -> None:
         """Write the records of ``changes`` as memory holds them now; records memory no longer holds
         (erased, rolled back) are not written."""

@@ -24,6 +24,8 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
 - ``memesh_quota_refusals_total{quota}`` (counter): writes refused by a
   tenant quota (``cells``, ``beacons``, ``bytes``) on this head
 - ``memesh_walk_backlog`` (gauge): written cells whose walk has not run yet
+- ``memesh_walks_total``, ``memesh_walk_messages_total`` (counters): walks decided and the actor calls
+  their waves made, since the scene shards started (their ratio: messages per walk)
 - ``memesh_embedding_queue_texts`` (gauge) and
   ``memesh_embedding_requests_dropped_total`` (counter): texts waiting for
   the model, and requests dropped unencoded because their caller gave up
@@ -105,6 +107,11 @@ class ServiceCollector(Collector):
             ("memesh_storage_rows_skipped", "skipped_rows", "Stored rows the actors' last load could not decode."),
         ):
             yield GaugeMetricFamily(name, help_text, value=float(h.get(key, 0)))
+        for name, key, help_text in (
+            ("memesh_walks", "walks", "Walks decided since the scene shards started."),
+            ("memesh_walk_messages", "walk_messages", "Actor calls their waves made (owner-addressed: owners only)."),
+        ):
+            yield CounterMetricFamily(name, help_text, value=float(h.get(key, 0)))
         dropped = CounterMetricFamily(
             "memesh_inbox_deliveries_dropped", "Deliveries removed by retention.", labels=["acknowledged"]
         )

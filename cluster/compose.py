@@ -97,6 +97,7 @@ def actor_plan(
         observe=settings.observatory_enabled,
         sample_rate=settings.observatory.sample_rate,
         max_inflight_records=prop.max_inflight_records,
+        owner_addressed=prop.owner_addressed,
     )
     plan: dict[str, tuple[type, tuple[Any, ...]]] = {}
     for i in range(settings.ray.scene_shards):
@@ -115,7 +116,7 @@ def actor_plan(
         beacon_config = BeaconSetConfig(
             storage, i, dims, retention.sweep_interval_s, prop.prior(), generation=layout.generation("beacon_set")
         )
-        plan[f"beacon_set:{i}"] = (BeaconSet, (beacon_config,))
+        plan[f"beacon_set:{i}"] = (BeaconSet, (beacon_config, lookup))
     inbox_retention = InboxRetention(
         acked_max_age_s=retention.acked_delivery_max_age_s,
         max_deliveries=retention.max_deliveries_per_inbox,

@@ -170,6 +170,7 @@ class PropagationSettings(_Section):
     walk_batch: int = Field(64, ge=1, le=4096)
     max_walk_backlog: int = Field(100_000, ge=1)  # per scene shard; at it, writes to the shard get 429
     max_inflight_records: int = Field(64, ge=1)
+    owner_addressed: bool = True  # a wave messages only owners that may hold the tenant (mesh/presence.py)
     # Leaves (beacons, agent nodes): their own quota per frontier node, and the match rule (mesh/standing.py)
     leaf_fan_out: int = Field(8, ge=0, le=256)
     standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs

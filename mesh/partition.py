@@ -84,6 +84,10 @@ class MemoryPartition:
         cells, size = self._usage.get(tenant_id, (0, 0))
         return cells, size
 
+    def tenants(self) -> set[str]:
+        """Every tenant with a cell here (live or not): a superset of those with scenes to walk."""
+        return set(self._usage)
+
     def _count(self, cell: Cell, sign: int) -> None:
         usage = self._usage.setdefault(cell.tenant_id, [0, 0])
         usage[0] += sign
