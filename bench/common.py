@@ -112,6 +112,7 @@ class MemeshServer:
             self.grpc_data_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.startup_s = 0.0
+        self.idle_busy = 0.0
 
     @property
     def base_url(self) -> str:
@@ -167,6 +168,11 @@ class MemeshServer:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.data_dir)
         self._wait_healthy()
         self.startup_s = time.perf_counter() - started
+        before = self.cpu()
+        time.sleep(2.0)
+        delta = self.cpu().since(before)
+        # what the idle deployment keeps busy (Ray's own threads and idle actors): settle's floor
+        self.idle_busy = sum(v for k, v in delta.items() if k != "wall") / max(delta["wall"], 1e-9)
 
     def _empty_config(self) -> Path:
         path = self.data_dir / "bench-memesh.toml"
@@ -225,10 +231,13 @@ class MemeshServer:
         return CpuSnapshot.of(self.proc.pid if self.proc else None)
 
     def settle(self, max_wait_s: float, idle_cores: float = 0.15, window_s: float = 1.0) -> tuple[float, bool]:
-        """Wait (bounded) until the server's process tree is idle, i.e. background work such
-        as the energy walks started by writes has drained. Returns (seconds until the first
-        of three quiet windows, settled)."""
+        """Wait (bounded) until the walks started by writes have drained (``memesh_walk_backlog`` 0)
+        and the server's process tree is back near its idle level (the larger of ``idle_cores``
+        and 1.5x what it kept busy just after start: idle actors cost CPU on a slow machine).
+        Returns (seconds until the first of three quiet windows, settled)."""
         started = time.perf_counter()
+        self.wait_walks(max_wait_s)
+        floor = max(idle_cores, 1.5 * self.idle_busy + 0.05)
         quiet_since: float | None = None
         quiet = 0
         previous = self.cpu()
@@ -237,7 +246,7 @@ class MemeshServer:
             now = self.cpu()
             delta = now.since(previous)
             busy = sum(v for k, v in delta.items() if k != "wall") / max(delta["wall"], 1e-9)
-            if busy < idle_cores:
+            if busy < floor:
                 quiet += 1
                 quiet_since = previous.at if quiet_since is None else quiet_since
                 if quiet >= 3:
@@ -246,6 +255,21 @@ class MemeshServer:
                 quiet, quiet_since = 0, None
             previous = now
         return time.perf_counter() - started, False
+
+    def wait_walks(self, max_wait_s: float) -> bool:
+        """Wait (bounded) until ``/metrics`` shows no walk waiting; False when it did not drain in time."""
+        deadline = time.monotonic() + max_wait_s
+        with httpx.Client(trust_env=False, timeout=10.0) as client:
+            while time.monotonic() < deadline:
+                try:
+                    text = client.get(f"{self.base_url}/metrics").text
+                except httpx.HTTPError:
+                    text = ""
+                backlog = [line for line in text.splitlines() if line.startswith("memesh_walk_backlog ")]
+                if backlog and float(backlog[0].split()[1]) == 0:
+                    return True
+                time.sleep(0.5)
+        return False
 
     def log_tail(self, lines: int = 30) -> str:
         try:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,46 @@ def s3_endpoint(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
+class WriteLoad:
+    """A writer that keeps writing single cells through a stop and a resized start, retrying every
+    refused or cut attempt (as an agent would) and keeping the ids that were acknowledged (201)."""
+
+    def __init__(self, server: Server, key: str) -> None:
+        self.server, self.key = server, key
+        self.acked: dict[str, str] = {}
+        self.failed_attempts = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        n = 0
+        deadline = time.monotonic() + 600  # bounded whatever happens to the test
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            content = f"write under the resize number {n}"
+            try:
+                with self.server.http(self.key) as http:
+                    response = http.post("/v1/cells", json={"content": content, "cell_type": "Fact"}, timeout=10)
+                if response.status_code == 201:
+                    self.acked[response.json()["id"]] = content
+                    n += 1
+                    continue
+            except httpx.HTTPError:
+                pass
+            self.failed_attempts += 1
+            time.sleep(0.2)
+
+    def wait_for(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.acked) < count:
+            assert self._thread.is_alive() and time.monotonic() < deadline, f"{len(self.acked)} writes acknowledged"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 def s3_client(endpoint: str) -> Any:
     import boto3
 
@@ -70,7 +111,8 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
 ) -> None:
     """Written with 2 / 2 / 2 shards, stopped, started with 5 / 3 / 4: the start resizes (``actors.resize``)
     on the object store, and every cell, delivery, cursor and beacon is where requests look for it. A head
-    asking for other counts while the deployment runs is refused before it serves."""
+    asking for other counts while the deployment runs is refused before it serves. A writer keeps
+    writing through the stop and the resized start: every write acknowledged on either side is found."""
     options = {
         "aws_endpoint": s3_endpoint,
         "aws_access_key_id": "test",
@@ -108,8 +150,11 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
             with server.http(listener) as http:
                 shown = sorted(i["delivery_seq"] for i in http.post("/v1/inbox:pull", json={}).json()["items"])
             listeners[listener] = (acked, shown)
+        load = WriteLoad(server, server.issue("s3co-load", "Writer", "load")["plaintext_secret"])
+        load.wait_for(5, 120)
     finally:
         assert server.stop() == 0, server.output()[-3000:]
+    before_resize = len(load.acked)
 
     keys = stored_keys(s3_endpoint)
     assert any(k.startswith("deployment/lance/scene_shard_0_cells") for k in keys), keys[:20]
@@ -117,7 +162,15 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
 
     again = Server(data_dir, ray_address, "hash", {**env, **counts(5, 3, 4)}).start()
     try:
+        load.server = again
+        load.wait_for(before_resize + 5, 120)
+        load.stop()
+        assert load.failed_attempts > 0, "the writer never met the stop: it did not write through the resize"
         assert "resize: scene_shards 2 -> 5" in again.output(), again.output()[-3000:]
+        with again.http(load.key) as http:
+            for cell_id, content in load.acked.items():
+                found = http.post("/v1/recall", json={"text": content, "k": 3})
+                assert found.status_code == 200 and cell_id in found.text, f"acknowledged {content!r} lost"
         for cell_id, (writer, content) in written.items():
             with again.http(writer) as http:
                 found = http.post("/v1/recall", json={"text": content, "k": 3})
@@ -139,6 +192,7 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
         )
         assert refused.returncode == 2 and "stop every head" in refused.stderr, refused.stderr[-2000:]
     finally:
+        load.stop()
         again.stop()
 
 
