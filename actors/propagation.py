@@ -54,6 +54,12 @@ class PropagationConfig:
     owner_addressed: bool = True  # a wave messages only the owners that may hold the walk's tenant
 
 
+def owners_of(directory: Directory) -> list[Owner]:
+    """Every node owner a wave may ask: the scene shards, then the beacon sets."""
+    spec = directory.spec
+    return [("scene_shard", i) for i in range(spec.scene_shards)] + [("beacon_set", i) for i in range(spec.beacon_sets)]
+
+
 def diff_id_of(cell_id: str) -> str:
     """One diff per written cell, with an id stable across replays."""
     return str(uuid.uuid5(DIFF_NAMESPACE, cell_id))
@@ -104,7 +110,6 @@ class Propagator:
         """
         directory = self._directory()
         policy = self.config.policy
-        spec = directory.spec
         states = [WalkState.start(policy, cell.scene_id or cell.id, origin, cell.salience) for cell, origin in jobs]
         while True:
             active = [n for n, state in enumerate(states) if not state.done]
@@ -122,9 +127,7 @@ class Propagator:
                 )
                 for n in active
             ]
-            owners = [("scene_shard", i) for i in range(spec.scene_shards)]
-            owners += [("beacon_set", i) for i in range(spec.beacon_sets)]
-            asked = [(owner, self._addressed(owner, requests)) for owner in owners]
+            asked = [(owner, self._addressed(owner, requests)) for owner in owners_of(directory)]
             asked = [(owner, positions) for owner, positions in asked if positions]
             calls = [self._neighbours(directory, owner, [requests[p] for p in positions], now) for owner, positions in asked]
             self.messages += sum(1 for (kind, i), _ in asked if not self._is_local(kind, i))
@@ -158,7 +161,7 @@ class Propagator:
         kind, index = owner
         if kind == "beacon_set":
             return directory.beacon_set(index).neighbours_many(requests, now)
-        if self._local is not None and self._local[0] == index:
+        if self._local is not None and self._is_local(kind, index):
             return self._local[1](requests)
         return directory.scene_shard(index).neighbours_many(requests)
 
@@ -167,9 +170,7 @@ class Propagator:
         answers, it is messaged for every walk). An owner that does not answer after ``attempts`` stays
         unknown, which costs messages, never deliveries."""
         directory = self._directory()
-        spec = directory.spec
-        owners: list[Owner] = [("scene_shard", i) for i in range(spec.scene_shards) if not self._is_local("scene_shard", i)]
-        owners += [("beacon_set", i) for i in range(spec.beacon_sets)]
+        owners = [owner for owner in owners_of(directory) if not self._is_local(*owner)]
 
         async def pull(owner: Owner) -> None:
             kind, index = owner
