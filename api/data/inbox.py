@@ -15,7 +15,7 @@ Limits: an agent holds at most ``limits.max_inbox_streams_per_agent`` streams
 on a head, a tenant ``limits.max_inbox_streams_per_tenant``, and a head
 ``limits.max_inbox_streams`` (429 ``quota_exceeded``
 before the upgrade beyond). Each ack frame is charged to the ``Inbox`` bucket
-(a refused one gets an ``{"error": ...}`` frame, is not applied, and the
+as it is read; frames are answered in the order they came (a refused one gets an ``{"error": ...}`` frame, is not applied, and the
 stream stays open). The key is checked again before every item and ack, and
 at once when the agent is revoked, suspended or rotated on this head: the
 stream then sends ``{"error": {"code": "unauthorized", ...}}`` and closes
@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID
 
@@ -131,9 +132,60 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credentia
 
 
 async def _receive_loop(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:
+    """Read ack frames and charge each as it arrives; apply them in order and answer each in order.
+
+    The charge is decided when a frame is read, not after the acks before it were applied, so a burst
+    meets the ``Inbox`` bucket as sent, however long the shard takes. At most :data:`ACK_BACKLOG` frames
+    wait to be answered; past that the stream is not read (TCP pushes back on the sender).
+    """
+    answers: asyncio.Queue[_Answer] = asyncio.Queue(maxsize=ACK_BACKLOG)
+    reader = asyncio.create_task(_read_acks(websocket, memesh, credential, answers))
+    try:
+        while True:
+            answer = await answers.get()
+            if isinstance(answer, _Close):
+                if answer.error is not None:
+                    await close_with(websocket, answer.error, answer.code)
+                return
+            if isinstance(answer, str):
+                await websocket.send_text(answer)
+                continue
+            principal = await credential.check()  # a key refused since the frame was read applies nothing
+            cursor = await memesh.inbox.ack(principal, answer)
+            await websocket.send_text(json.dumps({"cursor": cursor}))
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reader
+
+
+ACK_BACKLOG = 1024
+
+
+@dataclass(frozen=True)
+class _Close:
+    """The end of the frames: the peer left (no error), or a bad frame closes the stream."""
+
+    error: MemeshError | None = None
+    code: int | None = None
+
+
+_Answer = int | str | _Close  # an ack to apply, a refusal frame to send, or the end
+
+
+async def _read_acks(websocket: WebSocket, memesh: Memesh, credential: Credential, answers: asyncio.Queue[_Answer]) -> None:
+    try:
+        await _read_frames(websocket, memesh, credential, answers)
+    except Exception as exc:  # noqa: BLE001 -- the reader never dies silently: the stream closes with 1011
+        log.warning("inbox stream reader stopped: %r", exc)
+        await answers.put(_Close(Unavailable("the inbox stream failed")))
+
+
+async def _read_frames(websocket: WebSocket, memesh: Memesh, credential: Credential, answers: asyncio.Queue[_Answer]) -> None:
     while True:
         message = await websocket.receive()
         if message["type"] == "websocket.disconnect":
+            await answers.put(_Close())
             return
         text = message.get("text")
         try:
@@ -153,13 +205,12 @@ async def _receive_loop(websocket: WebSocket, memesh: Memesh, credential: Creden
             try:
                 memesh.charge(principal, Bucket.INBOX)  # an ack frame costs what a pull does
             except RateLimited as exc:
-                await websocket.send_text(error_frame(exc.code, f"{exc.message}; retry in {exc.retry_after} s"))
+                await answers.put(error_frame(exc.code, f"{exc.message}; retry in {exc.retry_after} s"))
                 continue
-            cursor = await memesh.inbox.ack(principal, ack)
         except ValueError:
-            await close_with(websocket, ValidationFailed("frames must be JSON objects"))
+            await answers.put(_Close(ValidationFailed("frames must be JSON objects")))
             return
         except MemeshError as exc:
-            await close_with(websocket, exc, 1003 if text is None else None)
+            await answers.put(_Close(exc, 1003 if text is None else None))
             return
-        await websocket.send_text(json.dumps({"cursor": cursor}))
+        await answers.put(ack)
