@@ -46,6 +46,7 @@ from actors.schemas import STANDING_SCHEMA, agent_node_schema, beacon_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.tenant_nodes import RecentRemovals, TenantNodes
 from mesh.errors import NotFound, QuotaExceeded
+from mesh.histogram import LATENCY_S, Histogram
 from mesh.layout import table_prefix
 from mesh.model import AgentNode, Beacon, Vector, WriterSums
 from mesh.seam import Directory
@@ -86,8 +87,11 @@ class BeaconSet(BeaconReembedding):
         self._skipped = 0  # stored rows the last load could not decode
         self._removed = RecentRemovals(REMEMBERED_REMOVALS)
         window = config.storage.commit_window_s
-        self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(self._flush_beacons, window, 512)
-        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024)
+        self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
+        self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(
+            self._flush_beacons, window, 512, self._commit_timing
+        )
+        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024, self._commit_timing)
         self._sweeper = Periodic("expired-beacon sweep", self.sweep, config.sweep_interval_s)
         self._standing_table: KeyedTable | None = None
         self._folded: set[str] = set()  # tenants whose leaf statistics changed since their last commit
@@ -183,6 +187,7 @@ class BeaconSet(BeaconReembedding):
             "agent_nodes": len(self.agents),
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
+            **self._commit_timing.fields("commit"),
         }
 
     async def usage(self, tenant_id: str) -> tuple[int, int]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from mesh.errors import StorageUnavailable
+from mesh.histogram import Histogram
 
 T = TypeVar("T")
 
@@ -34,8 +36,12 @@ class GroupCommitter(Generic[T]):
       next ``submit`` starts a new one.
     """
 
-    def __init__(self, flush: Callable[[list[T]], Awaitable[None]], window_s: float, max_items: int) -> None:
+    def __init__(
+        self, flush: Callable[[list[T]], Awaitable[None]], window_s: float, max_items: int, timing: Histogram | None = None
+    ) -> None:
+        """``timing``, when given, observes how long each flush took (seconds), failed ones included."""
         self._flush = flush
+        self._timing = timing
         self._window_s = window_s
         self._max_items = max_items
         self._pending: _Batch[T] = _Batch()
@@ -66,6 +72,7 @@ class GroupCommitter(Generic[T]):
             batch, self._pending = self._pending, _Batch()
             assert batch.done is not None
             self._inflight = batch.done
+            started = time.monotonic()
             try:
                 await self._flush(batch.items)
             except Exception as exc:  # noqa: BLE001 - handed to every waiter, never swallowed
@@ -77,6 +84,8 @@ class GroupCommitter(Generic[T]):
                 batch.done.set_result(None)
             finally:
                 self._inflight = None
+                if self._timing is not None:
+                    self._timing.observe(time.monotonic() - started)
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is flushed (a barrier; failures stay with their submitters)."""

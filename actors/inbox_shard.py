@@ -33,6 +33,7 @@ from actors.codecs import deliveries_from_arrow, deliveries_to_arrow
 from actors.group_commit import GroupCommitter
 from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
+from mesh.histogram import LATENCY_S, Histogram
 from mesh.inbox import AgentInbox, Budget, StoredDelivery
 from mesh.inbox_wire import InboxDelivery, PullResult, is_close_match, render_item, with_withheld
 from mesh.layout import table_prefix
@@ -69,8 +70,9 @@ class InboxShard:
         self._cursors: KeyedTable | None = None
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
-        self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096)
-        self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096)
+        self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
+        self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096, self._commit_timing)
+        self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096, self._commit_timing)
         self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, 1.0, 100_000)
         self._sweeper = Periodic("inbox retention sweep", self.sweep, config.retention.sweep_interval_s)
         self._trims = Background("inbox trim")
@@ -78,6 +80,7 @@ class InboxShard:
         self.dropped_unacked = 0
         self._skipped = 0  # stored rows the last load could not decode
         self._budget = config.retention.budget
+        self.delivered = 0  # new deliveries committed since this actor started
         self.displaced = 0  # deliveries taken out by a better one of the same node and window
         self.withheld = 0  # deliveries not enqueued: their node's window was full of better ones
 
@@ -120,7 +123,11 @@ class InboxShard:
             "budget_displaced": self.displaced,
             "budget_withheld": self.withheld,
             "skipped_rows": self._skipped,
+            "delivered": self.delivered,
+            "unacked": sum(i.unacked for i in self._inboxes.values()),
+            "unacked_max": max((i.unacked for i in self._inboxes.values()), default=0),
             "pid": os.getpid(),
+            **self._commit_timing.fields("commit"),
         }
 
     async def deliver(self, deliveries: list[InboxDelivery]) -> int:
@@ -150,6 +157,7 @@ class InboxShard:
             if len(inbox) > cap + cap // 10:
                 crowded.add(d.agent_id)
         await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
+        self.delivered += added
         gone += self._trim_in_memory(crowded)
         if gone:
             self._trims.spawn(self._trim_commit.submit(gone))

@@ -43,12 +43,13 @@ from actors.walk_queue import WalkQueue
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
 from mesh.errors import MemeshError, RateLimited
+from mesh.histogram import LATENCY_S, Histogram
 from mesh.ids import IdSource
 from mesh.layout import table_prefix
 from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
 from mesh.neighbours import neighbour_scenes
 from mesh.partition import MemoryPartition
-from mesh.query import SearchAnswer, SearchRequest
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest
@@ -96,12 +97,15 @@ class SceneShard(SceneReembedding):
         self._skipped = 0  # stored rows the last load could not decode
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
-        self._commit: GroupCommitter[Record] = GroupCommitter(self._flush, window, config.storage.commit_max_rows)
+        self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
+        self._commit: GroupCommitter[Record] = GroupCommitter(
+            self._flush, window, config.storage.commit_max_rows, self._commit_timing
+        )
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
         # Access times: a long window, so their upserts stay off the write path.
-        self._touch_commit: GroupCommitter[Record] = GroupCommitter(self._flush, 1.0, 100_000)
+        self._touch_commit: GroupCommitter[Record] = GroupCommitter(self._flush, 1.0, 100_000, self._commit_timing)
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
@@ -168,6 +172,7 @@ class SceneShard(SceneReembedding):
             "walk_messages": self._propagator.messages if self._propagator else 0,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
+            **self._commit_timing.fields("commit"),
         }
 
     async def usage(self, tenant_id: str) -> tuple[int, int]:
@@ -290,6 +295,18 @@ class SceneShard(SceneReembedding):
         # A Pattern abstracts cells whose diffs already propagated: it starts no walk of its own.
         self._walks.mark_walked([p.id for p in outcome.patterns])
         return outcome.scene, outcome.patterns, outcome.superseded
+
+    # ------------------------------------------------------------ cells by id
+    async def get_cell(self, tenant_id: str, cell_id: str) -> Cell | None:
+        """The tenant's cell ``cell_id`` (live or superseded), or None: absent, tombstoned, erased or another tenant's."""
+        partition = await self._ready()
+        cell = partition.cells.get(cell_id)
+        return cell if cell is not None and cell.tenant_id == tenant_id and not cell.tombstone else None
+
+    async def list_cells(self, tenant_id: str, flt: NodeFilter, after: str | None, limit: int) -> list[Cell]:
+        """A keyset page of the tenant's cells here (``MemoryPartition.list_cells``)."""
+        partition = await self._ready()
+        return partition.list_cells(tenant_id, flt, after, limit)
 
     # --------------------------------------------------------- delete and erase
     async def locate(self, cell_id: str) -> tuple[str, str] | None:

@@ -32,6 +32,17 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
 - ``memesh_inbox_streams_open`` (gauge): open ``/v1/inbox`` streams on this head
 - ``memesh_storage_rows_skipped`` (gauge): stored rows the actors' last load
   could not decode (anything but 0 deserves a look at the logs)
+- ``memesh_requests_total{surface,route,status}`` (counter) and
+  ``memesh_request_duration_seconds{surface,route}`` (histogram): requests this
+  head answered over REST, MCP, A2A, the console and gRPC (``head.request_log``)
+- ``memesh_embedding_batch_texts`` (histogram): texts per encode call
+- ``memesh_deliveries_total`` (counter), ``memesh_inbox_unacked`` and
+  ``memesh_inbox_unacked_max`` (gauges): deliveries made, and how far agents
+  lag behind them
+- ``memesh_storage_commit_seconds`` (histogram): the partition actors' storage
+  commits since they started
+- ``memesh_actor_restarts_total{kind}`` (counter): actors this head saw come
+  back in a new process
 
 The actor figures are fetched (bounded by a short timeout; on failure the last
 ones are reported, and at most once per ``server.health_cache_s``) before
@@ -51,14 +62,16 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from api.errors import error_response
 from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub
 from mesh.errors import ErrorCode, MemeshError
+from mesh.histogram import LATENCY_S, Histogram
 from mesh.layout import Settled
+from mesh.seam import actor_kinds
 
 METRICS_PATH = "/metrics"
 REFRESH_TIMEOUT_S = 1.0
@@ -134,6 +147,8 @@ class ServiceCollector(Collector):
             "memesh_inbox_streams_open", "Open /v1/inbox streams on this head.", value=memesh.inbox.open_streams
         )
         yield from partition_metrics(memesh.partitions)
+        yield from request_metrics(memesh)
+        yield from flow_metrics(h, memesh)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -153,6 +168,51 @@ def partition_metrics(settled: Settled) -> Iterator[Metric]:
         rows.add_metric([kind], float(moves[kind].rows if kind in moves else 0))
         seconds.add_metric([kind], moves[kind].seconds if kind in moves else 0.0)
     yield from (count, generation, rows, seconds)
+
+
+def request_metrics(memesh: Memesh) -> Iterator[Metric]:
+    """Requests this head answered, by surface, route and status, and their latency (``head.request_log``)."""
+    log = memesh.requests
+    counts = CounterMetricFamily(
+        "memesh_requests", "Requests answered, by surface, route and status.", labels=["surface", "route", "status"]
+    )
+    for (surface, route, status), n in sorted(log.counts.items()):
+        counts.add_metric([surface, route, status], float(n))
+    yield counts
+    latency = HistogramMetricFamily(
+        "memesh_request_duration_seconds", "Time to answer a request, by surface and route.", labels=["surface", "route"]
+    )
+    for (surface, route), timing in sorted(log.latency.items()):
+        latency.add_metric([surface, route], timing.buckets(), timing.total)
+    yield latency
+
+
+def flow_metrics(h: dict[str, Any], memesh: Memesh) -> Iterator[Metric]:
+    """Embedding batches, deliveries, inbox lag, storage commits and actor restarts."""
+    batches = memesh.embedder.batch_sizes
+    sizes = HistogramMetricFamily("memesh_embedding_batch_texts", "Texts per encode call of this head's embedder.")
+    sizes.add_metric([], batches.buckets(), batches.total)
+    yield sizes
+    since = h.get("since_start", {})
+    delivered = float(since.get("delivered", 0))
+    yield CounterMetricFamily("memesh_deliveries", "Deliveries committed since the inbox shards started.", value=delivered)
+    unacked = float(h.get("unacked", 0))
+    yield GaugeMetricFamily("memesh_inbox_unacked", "Deliveries above their agent's acknowledged cursor.", value=unacked)
+    yield GaugeMetricFamily(
+        "memesh_inbox_unacked_max", "The most unacknowledged deliveries one agent has.", value=float(h.get("unacked_max", 0))
+    )
+    commits = Histogram.of_fields(LATENCY_S, "commit", since)
+    commit = HistogramMetricFamily(
+        "memesh_storage_commit_seconds", "Storage commits of the partition actors (since they started), by duration."
+    )
+    commit.add_metric([], commits.buckets(), commits.total)
+    yield commit
+    restarts = CounterMetricFamily(
+        "memesh_actor_restarts", "Actor restarts this head saw (a new process between two health rounds).", labels=["kind"]
+    )
+    for kind in sorted(set(actor_kinds(memesh.directory))):
+        restarts.add_metric([kind], float(memesh.restarts[kind]))
+    yield restarts
 
 
 def metrics_registry(memesh: Memesh) -> tuple[CollectorRegistry, ServiceCollector]:

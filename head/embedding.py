@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from head.onnx_engine import MiniLMOnnxEngine
 from mesh.errors import ConfigInvalid, EmbeddingFailed, MemeshError, RateLimited, TimedOut, Unavailable
+from mesh.histogram import BATCH_SIZES, Histogram
 from mesh.seam import Directory
 
 Matrix = npt.NDArray[np.float32]
@@ -248,6 +249,7 @@ class Embedder:
         self._background: deque[_Request] = deque()
         self._worker: asyncio.Task[None] | None = None
         self.dropped = 0  # requests dropped unencoded because their caller stopped waiting
+        self.batch_sizes = Histogram(BATCH_SIZES)  # texts per encode call
         self.gate = SwitchGate()
 
     def swap(self, engine: EmbeddingEngine) -> None:
@@ -349,6 +351,7 @@ class Embedder:
                     continue
                 batch.append(self._background.popleft())
             texts = [t for request in batch for t in request.texts]
+            self.batch_sizes.observe(len(texts))
             try:
                 if isinstance(self.engine, PooledEngine):  # the model runs in embedder actors: nothing to block on here
                     vectors = await self.engine.encode_async(texts)

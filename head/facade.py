@@ -18,11 +18,13 @@ keys are even looked up, so guessing keys costs the guesser, not the registry.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
+from head.cell_service import CellService
 from head.clock import system_ids, utc_now
 from head.data_service import DataService
 from head.descriptor_service import DescriptorService
@@ -33,14 +35,16 @@ from head.inbox_service import InboxLimits, InboxService
 from head.memory_service import MemoryLimits, MemoryService
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from head.reembed import ReembedRunner
+from head.request_log import RequestLog
 from head.roster_link import RosterLink
 from head.usage import Quotas, UsageLedger
 from mesh.errors import MemeshError, Unauthorized, Unavailable
+from mesh.histogram import LATENCY_S, Histogram
 from mesh.identity import Principal
 from mesh.ids import Clock
 from mesh.layout import Layout, Settled
 from mesh.ratelimit import BucketPolicy, TokenBuckets
-from mesh.seam import Directory, every_actor
+from mesh.seam import Directory, actor_kinds, every_actor
 from mesh.tuning import RecallTuning, RetrievalTuning
 
 
@@ -88,6 +92,7 @@ class Memesh:
         self.memory = MemoryService(
             directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches
         )
+        self.cells = CellService(directory, embedder.gate, limits.max_list)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.heads = RosterLink(directory.head_roster, self.identity.changed_elsewhere, heads_lease_s, heads_poll_s, monotonic)
         self.identity.fence = self.heads
@@ -103,6 +108,9 @@ class Memesh:
         self._health_cache_s = health_cache_s
         self._health: tuple[float, dict[str, Any]] | None = None
         self._health_check: asyncio.Task[dict[str, Any]] | None = None
+        self._pids: list[int] = []
+        self.restarts: collections.Counter[str] = collections.Counter()  # actor restarts this head saw, by kind
+        self.requests = RequestLog()
 
     async def _record_corpus_engine(self, engine: str) -> None:
         await self.directory.registry().set_corpus_engine(engine)
@@ -162,6 +170,7 @@ class Memesh:
             )
         except (TimeoutError, MemeshError) as exc:
             raise Unavailable("an actor did not answer") from exc
+        self._count_restarts(answers)
         shards = answers[: spec.scene_shards]
         beacons = answers[spec.scene_shards : spec.scene_shards + spec.beacon_sets]
         registry_at = spec.scene_shards + spec.beacon_sets + spec.inbox_shards
@@ -177,6 +186,12 @@ class Memesh:
             "deliveries": sum(i.get("deliveries", 0) for i in inboxes),
             "deliveries_dropped_acked": sum(i.get("dropped_acked", 0) for i in inboxes),
             "deliveries_dropped_unacked": sum(i.get("dropped_unacked", 0) for i in inboxes),
+            "unacked": sum(i.get("unacked", 0) for i in inboxes),
+            "unacked_max": max((i.get("unacked_max", 0) for i in inboxes), default=0),
+            "since_start": {  # counted since the actors started: a restart resets them
+                "delivered": sum(i.get("delivered", 0) for i in inboxes),
+                **_merged(answers, "commit", LATENCY_S).fields("commit"),
+            },
             "agents": answers[registry_at]["agents"],
             "sessions": answers[registry_at].get("sessions", 0),
             "skipped_rows": sum(a.get("skipped_rows", 0) for a in answers),
@@ -184,6 +199,15 @@ class Memesh:
             "heads": self.heads.heads,  # live heads, as the roster last told this one
             "embedding_engine": self.embedder.name,
         }
+
+    def _count_restarts(self, answers: list[dict[str, int]]) -> None:
+        """An actor answering from another process than last time was restarted (by Ray, after a crash)."""
+        pids = [a.get("pid", 0) for a in answers]
+        if len(pids) == len(self._pids):
+            for kind, before, now in zip(actor_kinds(self.directory), self._pids, pids, strict=True):
+                if before != now:
+                    self.restarts[kind] += 1
+        self._pids = pids
 
     @property
     def _share(self) -> float:
@@ -207,3 +231,11 @@ class Memesh:
         await self.memory.close()
         self.embedder.close()
         await self.directory.close(last=owner or others == 0)
+
+
+def _merged(answers: list[dict[str, int]], prefix: str, bounds: tuple[float, ...]) -> Histogram:
+    """The actors' histograms named ``prefix``, added up."""
+    total = Histogram(bounds)
+    for answer in answers:
+        total.add(Histogram.of_fields(bounds, prefix, answer))
+    return total

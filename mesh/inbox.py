@@ -255,6 +255,11 @@ class AgentInbox:
         self._ids.difference_update(d.delivery_id for d in dropped)
         return dropped, sum(1 for d in dropped if d.seq > self.cursor)
 
+    @property
+    def unacked(self) -> int:
+        """Deliveries held above the acknowledged cursor (what the agent has not yet confirmed)."""
+        return len(self._seqs) - bisect.bisect_right(self._seqs, self.cursor)
+
     def __len__(self) -> int:
         return len(self.deliveries)
 

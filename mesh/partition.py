@@ -111,12 +111,9 @@ class MemoryPartition:
         outcome = WriteOutcome()
         spare = iter(new_scene_ids)
         for cell in cells:  # validate the whole batch before changing anything
-            if cell.id in self.cells:
-                continue
-            if cell.embedding.shape != (self.dims,):
+            if cell.id not in self.cells and cell.embedding.shape != (self.dims,):
                 raise ValidationFailed("embedding has the wrong number of dimensions")
-            if cell.scene_id is not None:
-                self._explicit_scene(cell)
+        self.check_scenes(cells)
         for cell in cells:
             stored = self.cells.get(cell.id)
             if stored is not None:
@@ -273,11 +270,16 @@ class MemoryPartition:
             s.id
             for s in self.scenes.values()
             if s.tenant_id == tenant_id
-            and (project_id is None or s.project_id == project_id)
+            and project_id in (None, s.project_id)
             and (projects is None or s.project_id in projects)
             and (after is None or s.id > after)
         )
         return [self.scene(tenant_id, sid) for sid in rows[:limit]]
+
+    def list_cells(self, tenant_id: str, flt: NodeFilter, after: str | None, limit: int) -> list[Cell]:
+        """A keyset page of the tenant's cells passing ``flt``, in id order after ``after`` (never tombstoned or erased)."""
+        tenant = self._tenants.get(tenant_id)
+        return [self.cells[i] for i in tenant.in_id_order(flt, after, limit)] if tenant is not None else []
 
     # --------------------------------------------------------- delete and erase
     def select(self, selector: Selector) -> list[Cell]:

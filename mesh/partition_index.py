@@ -85,6 +85,10 @@ class TenantCellIndex:
         scores = self.lexical.scores(query, live, allowed, tuning.bm25_k1, tuning.bm25_b)
         return self.index.top(scores, k)
 
+    def in_id_order(self, flt: NodeFilter, after: str | None, limit: int) -> list[str]:
+        """Ids of at most ``limit`` rows passing ``flt`` after ``after``, in id order (see ``VectorIndex.in_id_order``)."""
+        return self.index.in_id_order(self.mask(flt), after, limit)
+
     def mask(self, flt: NodeFilter) -> BoolMask:
         n = self.index.size
         mask = np.ones(n, dtype=np.bool_)

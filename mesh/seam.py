@@ -28,7 +28,7 @@ from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.layout import Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
-from mesh.query import SearchAnswer, SearchRequest
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.sharding import shard_for
 from mesh.walk import Candidate, NeighbourRequest
 
@@ -92,6 +92,10 @@ class SceneShardActor(Actor, Reembedding, Protocol):
     async def consolidate(
         self, tenant_id: str, scene_id: str, source_agent: str, now: datetime
     ) -> tuple[Scene, list[Cell], list[Cell]]: ...
+
+    async def get_cell(self, tenant_id: str, cell_id: str) -> Cell | None: ...
+
+    async def list_cells(self, tenant_id: str, flt: NodeFilter, after: str | None, limit: int) -> list[Cell]: ...
 
     async def locate(self, cell_id: str) -> tuple[str, str] | None: ...
 
@@ -356,6 +360,22 @@ def beacon_sets(directory: Directory) -> list[BeaconSetActor]:
 
 def inbox_shards(directory: Directory) -> list[InboxShardActor]:
     return [directory.inbox_shard(i) for i in range(directory.spec.inbox_shards)]
+
+
+def actor_kinds(directory: Directory) -> list[str]:
+    """The kind of each actor of :func:`every_actor`, in its order."""
+    spec = directory.spec
+    return [
+        *["scene_shard"] * spec.scene_shards,
+        *["beacon_set"] * spec.beacon_sets,
+        *["inbox_shard"] * spec.inbox_shards,
+        "registry",
+        "observatory",
+        "audit_log",
+        "head_roster",
+        "console_state",
+        *["embedder"] * spec.embedders,
+    ]
 
 
 def every_actor(directory: Directory) -> list[Actor]:

@@ -129,6 +129,19 @@ class VectorIndex:
         live: BoolMask = self._live[: self.size]
         return live
 
+    def in_id_order(self, mask: BoolMask, after: str | None, limit: int) -> list[str]:
+        """Ids of at most ``limit`` live rows within ``mask`` (one per row ``0 .. size-1``) whose id
+        sorts strictly after ``after``, in id order (a keyset page: canonical UUIDs sort as strings)."""
+        n = self.size
+        allowed = self._live[:n] & mask
+        if after is not None:
+            hi, lo = (np.uint64(half) for half in id_key(after))
+            key_hi, key_lo = self._key_hi[:n], self._key_lo[:n]
+            allowed &= (key_hi > hi) | ((key_hi == hi) & (key_lo > lo))
+        rows = np.flatnonzero(allowed)
+        page = rows[np.lexsort((self._key_lo[rows], self._key_hi[rows]))[: max(limit, 0)]]
+        return [self._ids[int(r)] for r in page]
+
     def top(self, scores: npt.NDArray[np.float32], k: int) -> list[tuple[str, float]]:
         """The ``k`` rows with the highest positive ``scores`` (one per row ``0 .. size-1``), best first,
         ties by id as ``search``: how another score over these rows (BM25) is ranked."""

@@ -1,4 +1,4 @@
-"""The /v1 memory routes (cells, retrieval, sessions, scenes): decode, call one use case on the facade, encode.
+"""The /v1 memory routes (cells: write, read, list, delete; retrieval; sessions; scenes): decode, one use case, encode.
 
 Nodes are rendered to JSON bytes by :mod:`api.data.render` (``NodeOut`` documents them).
 Authentication happened in the gate (:mod:`api.data.gate`); each route
@@ -17,11 +17,13 @@ from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
 from api.cursors import decode_cursor, encode_cursor
-from api.data.render import node_response, nodes_response
+from api.data.render import node_response, nodes_response, page_response
 from api.data.schemas import (
     ERROR_RESPONSES,
     CellBatchIn,
     CellIn,
+    CellListIn,
+    CellListOut,
     ConsolidationOut,
     NodeOut,
     OkOut,
@@ -77,6 +79,27 @@ async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> Respo
     core.charge(principal, Bucket.WRITE, cost=len(body.cells))
     cells = await core.memory.write_cells(principal, [new_cell(c) for c in body.cells])
     return nodes_response(cells, status_code=201)
+
+
+@router.get("/cells", response_model=CellListOut, tags=["cells"], summary="List your tenant's cells (keyset pages)")
+async def list_cells(params: Annotated[CellListIn, Query()], principal: Reader, core: Core) -> Response:
+    """Cells in id order (creation order), filtered as ``query`` filters; live cells unless ``include_superseded``."""
+    cells, more = await core.cells.list(principal, params.node_filter(), decode_cursor(params.cursor), params.limit)
+    return page_response("cells", cells, encode_cursor(cells[-1].id) if more and cells else None)
+
+
+@router.get("/cells/{cell_id}", response_model=NodeOut, tags=["cells"], summary="Read one cell")
+async def get_cell(cell_id: UUID, principal: Reader, core: Core) -> Response:
+    """Absent, deleted, erased and out-of-scope cells are all 404."""
+    return node_response(await core.cells.get(principal, str(cell_id)))
+
+
+@router.delete("/cells/{cell_id}", response_model=OkOut, tags=["cells"], summary="Delete a cell you wrote")
+async def delete_cell(cell_id: UUID, principal: Writer, core: Core) -> OkOut:
+    """A tombstone: the cell leaves query, recall and reads at once. The writer or an admin of the tenant;
+    a second delete is 404."""
+    await core.cells.delete(principal, str(cell_id))
+    return OkOut()
 
 
 @router.post(

@@ -60,3 +60,9 @@ def nodes_response(cells: list[Cell], status_code: int = 200) -> Response:
     return Response(
         orjson.dumps([node(cell) for cell in cells], option=_OPTIONS), status_code=status_code, media_type="application/json"
     )
+
+
+def page_response(key: str, cells: list[Cell], next_cursor: str | None) -> Response:
+    """A keyset page ``{key: [nodes], "next_cursor": ...}``."""
+    body = {key: [node(cell) for cell in cells], "next_cursor": next_cursor}
+    return Response(orjson.dumps(body, option=_OPTIONS), media_type="application/json")

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_v
 from pydantic_core import PydanticCustomError
 
 from mesh.model import Cell, CellType, Layer, Scene
+from mesh.query import NodeFilter
 from mesh.tuning import Ranking
 
 INT64_MAX = 2**63 - 1
@@ -159,6 +160,38 @@ class SceneOut(BaseModel):
 
 class SceneListOut(BaseModel):
     scenes: list[SceneOut]
+    next_cursor: str | None
+
+
+class CellListIn(BaseModel):
+    """The filters of ``GET /v1/cells`` (query parameters; ``query``'s filter members) and its keyset page.
+
+    Unknown parameters are ignored, as on every GET route."""
+
+    project_id: str | None = Field(None, min_length=1, max_length=128)
+    cell_type: list[CellType] | None = Field(None, description="Repeat the parameter to allow several types.")
+    layer: Layer | None = None
+    scene_id: UUID | None = None
+    source_agent: str | None = Field(None, min_length=1, max_length=256)
+    include_superseded: bool = Field(False, description="Also list cells abstracted into a Pattern.")
+    cursor: str | None = Field(None, max_length=256, description="next_cursor of the previous page.")
+    limit: int = Field(50, ge=1, description="At most limits.max_list (500).")
+
+    def node_filter(self) -> NodeFilter:
+        return NodeFilter(
+            cell_types=frozenset(self.cell_type) if self.cell_type else None,
+            scene_id=str(self.scene_id) if self.scene_id else None,
+            source_agent=self.source_agent,
+            layer=self.layer,
+            project_ids=frozenset({self.project_id}) if self.project_id is not None else None,
+            include_superseded=self.include_superseded,
+        )
+
+
+class CellListOut(BaseModel):
+    """A keyset page of cells in id order; the last page has no ``next_cursor``."""
+
+    cells: list[NodeOut]
     next_cursor: str | None
 
 

@@ -31,6 +31,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from api.grpc_data.call_metrics import CallMetrics
 from api.grpc_data.servicer import DataServicer
 from api.grpc_data.stream import InboxStreams
 from head.facade import Memesh
@@ -114,6 +115,7 @@ class DataPlane:
 async def start_data_plane(memesh: Memesh, config: DataPlaneConfig) -> DataPlane:
     """Bind and start the listener; ConfigInvalid when its address cannot be bound."""
     server = grpc.aio.server(
+        interceptors=[CallMetrics(memesh.requests)],
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[
             ("grpc.so_reuseport", int(config.share_port)),  # else a port another process holds is refused

@@ -4,8 +4,9 @@ Guarantees:
 - Every call is admitted first by :func:`api.admission.admit_grpc` (its key
   from the ``x-service-key`` or ``authorization: Bearer`` metadata, the
   principal cache, the ``AuthFailures`` bucket per peer), charged the bucket
-  its REST route charges: Read for Query, Recall, GetScene, ListScenes and the
-  beacons; Write for WriteCell, the sessions and ConsolidateScene, and one
+  its REST route charges: Read for Query, Recall, GetCell, ListCells, GetScene,
+  ListScenes and the beacons; Write for WriteCell, DeleteCell, the sessions and
+  ConsolidateScene, and one
   Write token per cell for WriteCells; Inbox for PullInbox, AckInbox and each
   StreamInbox. Identity is never read from a field.
 - Then it runs the same use case as the route, on the facade, with the
@@ -30,7 +31,7 @@ from google.protobuf import empty_pb2
 from api.admission import admit_grpc
 from api.cursors import decode_cursor, encode_cursor
 from api.data.memory import new_cell, node_filter
-from api.data.schemas import BeaconIn, CellBatchIn, CellIn, PullIn, QueryIn, SessionIn
+from api.data.schemas import BeaconIn, CellBatchIn, CellIn, CellListIn, PullIn, QueryIn, SessionIn
 from api.grpc_data import wire
 from api.grpc_data.status import InvalidRequest, guarded
 from api.grpc_data.stream import InboxStreams
@@ -43,7 +44,16 @@ from mesh.inbox_wire import pull_page
 
 T = TypeVar("T")
 DISTANCE_METRIC = "cosine_distance"
-DEFAULT_PAGE_SIZE = 50  # REST's default scene page
+DEFAULT_PAGE_SIZE = 50  # REST's default page of scenes and cells
+
+
+def _page(request: pb.ListScenesRequest | pb.ListCellsRequest) -> tuple[str | None, int]:
+    """The keyset position and page size of a list request (REST's cursor and limit)."""
+    if request.page_size < 0:
+        raise InvalidRequest("page_size must be at least 0", [("page_size", "must be at least 0")])
+    if len(request.page_token) > 256:
+        raise InvalidRequest("page_token is not one this service issued", [("page_token", "not issued here")])
+    return decode_cursor(request.page_token or None), request.page_size or DEFAULT_PAGE_SIZE
 
 
 class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
@@ -81,6 +91,37 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
             return pb.WriteCellsResponse(nodes=[wire.node(c, request.include_embedding) for c in cells])
 
         return await self._run(context, Bucket.WRITE, work, cost=max(1, len(request.cells)))
+
+    async def GetCell(self, request: pb.CellRef, context: Any) -> pb.Node:  # noqa: N802
+        async def work(p: Principal) -> pb.Node:
+            cell = await self.memesh.cells.get(p, wire.uuid_field(request.cell_id, "cell_id"))
+            return wire.node(cell, request.include_embedding)
+
+        return await self._run(context, Bucket.READ, work)
+
+    async def ListCells(self, request: pb.ListCellsRequest, context: Any) -> pb.ListCellsResponse:  # noqa: N802
+        async def work(p: Principal) -> pb.ListCellsResponse:
+            after, limit = _page(request)
+            fields = {
+                **wire.given(request, "project_id", "layer", "scene_id", "source_agent"),
+                "cell_type": list(request.cell_types) or None,
+                "include_superseded": request.include_superseded,
+            }
+            params = wire.validated(CellListIn, fields)
+            cells, more = await self.memesh.cells.list(p, params.node_filter(), after, limit)
+            return pb.ListCellsResponse(
+                cells=[wire.node(c, request.include_embedding) for c in cells],
+                next_page_token=encode_cursor(cells[-1].id) if more and cells else "",
+            )
+
+        return await self._run(context, Bucket.READ, work)
+
+    async def DeleteCell(self, request: pb.CellRef, context: Any) -> empty_pb2.Empty:  # noqa: N802
+        async def work(p: Principal) -> empty_pb2.Empty:
+            await self.memesh.cells.delete(p, wire.uuid_field(request.cell_id, "cell_id"))
+            return empty_pb2.Empty()
+
+        return await self._run(context, Bucket.WRITE, work)
 
     # -------------------------------------------------------------- retrieval
     async def Query(self, request: pb.RetrieveRequest, context: Any) -> pb.RetrieveResponse:  # noqa: N802
@@ -152,12 +193,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
 
     async def ListScenes(self, request: pb.ListScenesRequest, context: Any) -> pb.ListScenesResponse:  # noqa: N802
         async def work(p: Principal) -> pb.ListScenesResponse:
-            if request.page_size < 0:
-                raise InvalidRequest("page_size must be at least 0", [("page_size", "must be at least 0")])
-            if len(request.page_token) > 256:
-                raise InvalidRequest("page_token is not one this service issued", [("page_token", "not issued here")])
-            after = decode_cursor(request.page_token or None)
-            limit = request.page_size or DEFAULT_PAGE_SIZE
+            after, limit = _page(request)
             scenes, more = await self.memesh.memory.list_scenes(p, request.project_id or None, after, limit)
             return pb.ListScenesResponse(
                 scenes=[wire.scene(s, request.include_embedding) for s in scenes],

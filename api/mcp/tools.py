@@ -10,12 +10,14 @@ Guarantees:
   (``validation: k must be between 1 and 1000``), so an agent can branch on
   it; the service's state is unchanged by a refused call.
 - ``recall`` and ``query`` return only ``{node_id, distance}`` per hit, in
-  rank order (spec section 4); ``consolidate_scene`` is not a tool.
+  rank order (spec section 4); ``get_cell`` reads a hit's cell (without its
+  vector); ``consolidate_scene`` is not a tool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
@@ -27,6 +29,7 @@ from mcp.server.subscriptions import SubscriptionBus
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
+from api.cursors import decode_cursor, encode_cursor
 from api.errors import describe
 from api.mcp.push import InboxWatches, add_inbox_resource, protocol_error, push_middleware
 from head.facade import Bucket, Memesh
@@ -35,6 +38,7 @@ from mesh.identity import Principal
 from mesh.inbox_wire import pull_page
 from mesh.model import Cell, CellType, Layer, NewCell
 from mesh.query import NodeFilter
+from mesh.times import rfc3339
 from mesh.tuning import Ranking
 
 P = ParamSpec("P")
@@ -92,6 +96,41 @@ class SceneView(BaseModel):
     summary: str
     members: list[str] = Field(description="The member cells' ids (live and superseded).")
     member_count: int = Field(description="Live member cells.")
+
+
+class CellView(BaseModel):
+    """A cell as an agent reads it (REST's node without the vector)."""
+
+    id: str
+    content: str
+    cell_type: CellType
+    project_id: str
+    layer: Layer
+    salience: float
+    source_agent: str
+    created_at: str
+    scene_id: str | None
+    superseded_by: str | None = Field(description="The Pattern that abstracted this cell; null while it is live.")
+
+    @classmethod
+    def of(cls, cell: Cell) -> CellView:
+        return cls(
+            id=cell.id,
+            content=cell.content,
+            cell_type=cell.cell_type,
+            project_id=cell.project_id,
+            layer=cell.layer,
+            salience=round(float(cell.salience), 6),
+            source_agent=cell.source_agent,
+            created_at=rfc3339(cell.created_at),
+            scene_id=cell.scene_id,
+            superseded_by=cell.superseded_by,
+        )
+
+
+class CellPage(BaseModel):
+    cells: list[CellView]
+    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
 
 
 def _caller(ctx: Context) -> Principal:
@@ -234,6 +273,51 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         )
         (cell,) = await memesh.memory.write_cells(principal, [spec])
         return Written(node_id=cell.id, scene_id=cell.scene_id)
+
+    @server.tool(description="Read one cell by id (the node_id `recall` and `query` return).", annotations=read_only)
+    @_coded
+    async def get_cell(ctx: Context, node_id: str) -> CellView:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.READ)
+        return CellView.of(await memesh.cells.get(principal, node_id))
+
+    @server.tool(
+        description="List your tenant's cells in creation order, a page at a time, filtered as `query` filters.",
+        annotations=read_only,
+    )
+    @_coded
+    async def list_cells(
+        ctx: Context,
+        project_id: str | None = None,
+        cell_types: Types = None,
+        layer: Layer | None = None,
+        scene_id: str | None = None,
+        source_agent: str | None = None,
+        include_superseded: bool = False,
+        cursor: Annotated[str | None, Field(max_length=256)] = None,
+        limit: Annotated[int, Field(ge=1, le=500)] = 50,
+    ) -> CellPage:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.READ)
+        flt = replace(
+            _filter(cell_types, scene_id, source_agent, layer),
+            project_ids=frozenset({project_id}) if project_id is not None else None,
+            include_superseded=include_superseded,
+        )
+        cells, more = await memesh.cells.list(principal, flt, decode_cursor(cursor), limit)
+        next_cursor = encode_cursor(cells[-1].id) if more and cells else None
+        return CellPage(cells=[CellView.of(c) for c in cells], next_cursor=next_cursor)
+
+    @server.tool(
+        description="Delete a cell you wrote: it leaves recall and query at once (admins may delete any cell of the tenant).",
+        annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
+    )
+    @_coded
+    async def delete_cell(ctx: Context, node_id: str) -> Ok:
+        principal = _caller(ctx)
+        memesh.charge(principal, Bucket.WRITE)
+        await memesh.cells.delete(principal, node_id)
+        return Ok()
 
     @server.tool(description="Open a working session in a project; cells written with its id belong to it.")
     @_coded

@@ -107,6 +107,44 @@ class WriteCellsResponse(_message.Message):
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     def __init__(self, nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
 
+class CellRef(_message.Message):
+    __slots__ = ("cell_id", "include_embedding")
+    CELL_ID_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    cell_id: str
+    include_embedding: bool
+    def __init__(self, cell_id: _Optional[str] = ..., include_embedding: _Optional[bool] = ...) -> None: ...
+
+class ListCellsRequest(_message.Message):
+    __slots__ = ("project_id", "cell_types", "layer", "scene_id", "source_agent", "include_superseded", "page_token", "page_size", "include_embedding")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    CELL_TYPES_FIELD_NUMBER: _ClassVar[int]
+    LAYER_FIELD_NUMBER: _ClassVar[int]
+    SCENE_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_AGENT_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_SUPERSEDED_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_EMBEDDING_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    cell_types: _containers.RepeatedScalarFieldContainer[str]
+    layer: str
+    scene_id: str
+    source_agent: str
+    include_superseded: bool
+    page_token: str
+    page_size: int
+    include_embedding: bool
+    def __init__(self, project_id: _Optional[str] = ..., cell_types: _Optional[_Iterable[str]] = ..., layer: _Optional[str] = ..., scene_id: _Optional[str] = ..., source_agent: _Optional[str] = ..., include_superseded: _Optional[bool] = ..., page_token: _Optional[str] = ..., page_size: _Optional[int] = ..., include_embedding: _Optional[bool] = ...) -> None: ...
+
+class ListCellsResponse(_message.Message):
+    __slots__ = ("cells", "next_page_token")
+    CELLS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    cells: _containers.RepeatedCompositeFieldContainer[Node]
+    next_page_token: str
+    def __init__(self, cells: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class Filter(_message.Message):
     __slots__ = ("cell_types", "scene_id", "source_agent", "tenant_id")
     CELL_TYPES_FIELD_NUMBER: _ClassVar[int]

@@ -47,6 +47,21 @@ class DataServiceStub:
                 request_serializer=memesh__proto_dot_data__pb2.WriteCellsRequest.SerializeToString,
                 response_deserializer=memesh__proto_dot_data__pb2.WriteCellsResponse.FromString,
                 _registered_method=True)
+        self.GetCell = channel.unary_unary(
+                '/memesh.data.v1.DataService/GetCell',
+                request_serializer=memesh__proto_dot_data__pb2.CellRef.SerializeToString,
+                response_deserializer=memesh__proto_dot_data__pb2.Node.FromString,
+                _registered_method=True)
+        self.ListCells = channel.unary_unary(
+                '/memesh.data.v1.DataService/ListCells',
+                request_serializer=memesh__proto_dot_data__pb2.ListCellsRequest.SerializeToString,
+                response_deserializer=memesh__proto_dot_data__pb2.ListCellsResponse.FromString,
+                _registered_method=True)
+        self.DeleteCell = channel.unary_unary(
+                '/memesh.data.v1.DataService/DeleteCell',
+                request_serializer=memesh__proto_dot_data__pb2.CellRef.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
         self.Query = channel.unary_unary(
                 '/memesh.data.v1.DataService/Query',
                 request_serializer=memesh__proto_dot_data__pb2.RetrieveRequest.SerializeToString,
@@ -122,6 +137,25 @@ class DataServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WriteCells(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCell(self, request, context):
+        """Cells by id (Read bucket; DeleteCell: Write bucket, the writer or an admin of the tenant).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCells(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCell(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -216,6 +250,21 @@ def add_DataServiceServicer_to_server(servicer, server):
                     servicer.WriteCells,
                     request_deserializer=memesh__proto_dot_data__pb2.WriteCellsRequest.FromString,
                     response_serializer=memesh__proto_dot_data__pb2.WriteCellsResponse.SerializeToString,
+            ),
+            'GetCell': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCell,
+                    request_deserializer=memesh__proto_dot_data__pb2.CellRef.FromString,
+                    response_serializer=memesh__proto_dot_data__pb2.Node.SerializeToString,
+            ),
+            'ListCells': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCells,
+                    request_deserializer=memesh__proto_dot_data__pb2.ListCellsRequest.FromString,
+                    response_serializer=memesh__proto_dot_data__pb2.ListCellsResponse.SerializeToString,
+            ),
+            'DeleteCell': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCell,
+                    request_deserializer=memesh__proto_dot_data__pb2.CellRef.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
             ),
             'Query': grpc.unary_unary_rpc_method_handler(
                     servicer.Query,
@@ -334,6 +383,87 @@ class DataService:
             '/memesh.data.v1.DataService/WriteCells',
             memesh__proto_dot_data__pb2.WriteCellsRequest.SerializeToString,
             memesh__proto_dot_data__pb2.WriteCellsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCell(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.data.v1.DataService/GetCell',
+            memesh__proto_dot_data__pb2.CellRef.SerializeToString,
+            memesh__proto_dot_data__pb2.Node.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCells(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.data.v1.DataService/ListCells',
+            memesh__proto_dot_data__pb2.ListCellsRequest.SerializeToString,
+            memesh__proto_dot_data__pb2.ListCellsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCell(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.data.v1.DataService/DeleteCell',
+            memesh__proto_dot_data__pb2.CellRef.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

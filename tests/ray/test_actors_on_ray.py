@@ -79,10 +79,13 @@ async def test_killed_scene_shards_restart_with_every_acknowledged_write(core: M
     written = await core.memory.write_cells(principal, specs)
     before = await all_ids(core, principal, "memory about shards")
     assert before == {c.id for c in written}
+    await core.health(timeout_s=30.0)  # the actors' processes as the head knows them
     await kill(core, "scene_shard:0")
     await kill(core, "scene_shard:1")
     after = await all_ids(core, principal, "memory about shards")
     assert after == before
+    await core.health(timeout_s=30.0)  # /metrics' memesh_actor_restarts_total: the head saw both come back
+    assert core.restarts["scene_shard"] == 2 and core.restarts["inbox_shard"] == 0
     scene = await core.memory.get_scene(principal, written[0].scene_id or "")
     assert scene.live_count >= 1
 
