@@ -13,10 +13,10 @@ HOSTS_STAMP := tests/hosts/node_modules/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e ./sdk
 	touch $(STAMP)
 
 $(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json

@@ -98,3 +98,11 @@ def test_no_module_outgrows_450_lines() -> None:
         p.relative_to(ROOT).as_posix(): n for pkg in ALLOWED for p in modules(pkg) if (n := len(p.read_text().splitlines())) > 450
     }
     assert not long, long
+
+
+def test_the_client_sdk_stands_alone() -> None:
+    """sdk/ installs on its own: it imports none of the service's packages, only its three dependencies."""
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((ROOT / "sdk" / "memesh_client").rglob("*.py")):
+        names = imports_of(path) - {"__future__"} - stdlib
+        assert names <= {"memesh_client", "httpx", "pydantic", "websockets"}, f"{path.name} imports {sorted(names)}"

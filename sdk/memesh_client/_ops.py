@@ -1,0 +1,150 @@
+"""Each operation once: its request and how its answer is read. Both clients send these (sync and async)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from memesh_client.models import (
+    CellPage,
+    CellType,
+    Consolidation,
+    Layer,
+    Node,
+    PullPage,
+    Ranking,
+    Scene,
+    ScenePage,
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Any], T]
+    json: Any = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _nodes(body: Any) -> list[Node]:
+    return [Node.model_validate(n) for n in body]
+
+
+def _ok(body: Any) -> None:
+    return None
+
+
+def cell(
+    content: str,
+    cell_type: CellType,
+    salience: float | None = None,
+    layer: Layer | None = None,
+    project_id: str | None = None,
+    session_id: str | None = None,
+    scene_id: str | None = None,
+    embedding: list[float] | None = None,
+) -> dict[str, Any]:
+    """A cell to write (the body of ``POST /v1/cells``; a list of them goes to ``write_many``)."""
+    return _given(
+        content=content,
+        cell_type=cell_type,
+        salience=salience,
+        layer=layer,
+        project_id=project_id,
+        session_id=session_id,
+        scene_id=scene_id,
+        embedding=embedding,
+    )
+
+
+def write(body: dict[str, Any]) -> Call[Node]:
+    return Call("POST", "/v1/cells", Node.model_validate, body)
+
+
+def write_many(cells: list[dict[str, Any]]) -> Call[list[Node]]:
+    return Call("POST", "/v1/cells:batch", _nodes, {"cells": cells})
+
+
+def get_cell(cell_id: str) -> Call[Node]:
+    return Call("GET", f"/v1/cells/{cell_id}", Node.model_validate)
+
+
+def list_cells(
+    project_id: str | None = None,
+    cell_types: list[CellType] | None = None,
+    layer: Layer | None = None,
+    scene_id: str | None = None,
+    source_agent: str | None = None,
+    include_superseded: bool = False,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> Call[CellPage]:
+    params = _given(project_id=project_id, layer=layer, scene_id=scene_id, source_agent=source_agent, cursor=cursor)
+    params.update(limit=limit, include_superseded="true" if include_superseded else "false")
+    if cell_types:
+        params["cell_type"] = list(cell_types)
+    return Call("GET", "/v1/cells", CellPage.model_validate, params=params)
+
+
+def delete_cell(cell_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/cells/{cell_id}", _ok)
+
+
+def search(
+    path: str,
+    text: str | None,
+    k: int,
+    embedding: list[float] | None,
+    cell_types: list[CellType] | None,
+    scene_id: str | None,
+    source_agent: str | None,
+    layer: Layer | None,
+    ranking: Ranking | None,
+) -> Call[list[Node]]:
+    flt = _given(cell_types=cell_types, scene_id=scene_id, source_agent=source_agent)
+    body = _given(text=text, embedding=embedding, k=k, layer=layer, ranking=ranking, filter=flt or None)
+    return Call("POST", path, _nodes, body)
+
+
+def open_session(project_id: str) -> Call[str]:
+    return Call("POST", "/v1/sessions", lambda b: str(b["session_id"]), {"project_id": project_id})
+
+
+def close_session(session_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/sessions/{session_id}", _ok)
+
+
+def place_beacon(interest: str, ttl_s: float | None, expires_at: datetime | None) -> Call[str]:
+    body = _given(interest=interest, ttl_s=ttl_s, expires_at=expires_at.isoformat() if expires_at else None)
+    return Call("POST", "/v1/beacons", lambda b: str(b["node_id"]), body)
+
+
+def remove_beacon(beacon_id: str) -> Call[None]:
+    return Call("DELETE", f"/v1/beacons/{beacon_id}", _ok)
+
+
+def get_scene(scene_id: str) -> Call[Scene]:
+    return Call("GET", f"/v1/scenes/{scene_id}", Scene.model_validate)
+
+
+def list_scenes(project_id: str | None, cursor: str | None, limit: int) -> Call[ScenePage]:
+    return Call(
+        "GET", "/v1/scenes", ScenePage.model_validate, params={**_given(project_id=project_id, cursor=cursor), "limit": limit}
+    )
+
+
+def consolidate(scene_id: str) -> Call[Consolidation]:
+    return Call("POST", f"/v1/scenes/{scene_id}/consolidate", Consolidation.model_validate)
+
+
+def pull(since: int | None, ack: int | None, limit: int | None) -> Call[PullPage]:
+    return Call("POST", "/v1/inbox:pull", PullPage.model_validate, _given(since=since, ack=ack, limit=limit))

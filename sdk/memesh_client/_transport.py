@@ -1,0 +1,63 @@
+"""What both clients share about sending: headers, the answer's reading, and when to retry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+
+from memesh_client._ops import Call
+from memesh_client.errors import MemeshError, error_of
+
+T = TypeVar("T")
+USER_AGENT = "memesh-client/0.1.0"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """A 429 (and a 503 that names a wait) is retried after the ``Retry-After`` the service sent, at most
+    ``max_retries`` times and never waiting longer than ``max_wait_s`` at once (a longer wait raises at once).
+    Nothing else is retried: a refused request changed nothing, any other answer may have."""
+
+    max_retries: int = 3
+    max_wait_s: float = 30.0
+
+
+def headers(key: str) -> dict[str, str]:
+    return {"x-service-key": key, "user-agent": USER_AGENT}
+
+
+def request_args(call: Call[Any]) -> dict[str, Any]:
+    args: dict[str, Any] = {"params": call.params or None}
+    if call.json is not None or call.method == "POST":
+        args["json"] = call.json if call.json is not None else {}
+    return args
+
+
+def read(call: Call[T], response: httpx.Response) -> T:
+    """The parsed answer, or the typed error of a non-2xx one."""
+    if response.is_success:
+        return call.parse(response.json() if response.content else None)
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    raise error_of(response.status_code, body, retry_after(response))
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def wait_before_retry(error: MemeshError, attempt: int, policy: RetryPolicy) -> float | None:
+    """Seconds to wait before attempt ``attempt + 1``, or None when ``error`` is final."""
+    if attempt >= policy.max_retries or error.retry_after is None or error.retry_after > policy.max_wait_s:
+        return None
+    if error.status == 429 or error.status == 503:
+        return error.retry_after
+    return None
