@@ -9,7 +9,7 @@ OIDC_STAMP := tests/oidc/node_modules/.installed
 # The stock MCP hosts whose docs/mcp.md snippets the suite runs (npm claude-code and codex, pinned by their lock file).
 HOSTS_STAMP := tests/hosts/node_modules/.installed
 
-.PHONY: install serve test lint typecheck unit bench clean
+.PHONY: install browser serve test lint typecheck unit bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ $(HOSTS_STAMP): tests/hosts/package.json tests/hosts/package-lock.json
 	npm ci --prefix tests/hosts --no-audit --no-fund
 	touch $(HOSTS_STAMP)
 
+# Debian's headless chromium and its driver, for the console's browser test (tests/e2e/test_console_browser.py).
+browser:
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		(apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium chromium-driver)
+
 serve: install
 	$(VENV)/bin/memesh serve
 
@@ -37,7 +42,7 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-test: install $(OIDC_STAMP) $(HOSTS_STAMP) lint typecheck
+test: install $(OIDC_STAMP) $(HOSTS_STAMP) browser lint typecheck
 	$(PY) -m pytest
 
 unit: install

@@ -14,7 +14,7 @@
   cookie, 204; idempotent. A browser request from another origin gets 403.
 - ``GET /admin/api/me``: the session's identity (behind
   :mod:`api.console.gate`; no audit, no rate charge).
-- ``GET /admin``: a static landing page (the callback's redirect target).
+- ``GET /admin``: the console page (:mod:`api.console.page`; the callback's redirect target).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 
 from api.console.gate import SESSION_COOKIE
@@ -48,24 +48,9 @@ class MeOut(BaseModel):
 
 router = APIRouter(include_in_schema=False)
 
-_LANDING = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>memesh operator console</title></head>
-<body><h1>memesh operator console</h1>
-<p><a href="/admin/auth/login">Log in</a> with your identity provider.
-Signed-in operators use <code>/admin/api/*</code>; <code>/admin/api/me</code> shows the session.</p>
-<form method="post" action="/admin/auth/logout"><button type="submit">Log out</button></form>
-</body></html>
-"""
-
 
 def _clear_state_cookie(response: Response, secure: bool) -> None:
     response.delete_cookie(STATE_COOKIE, path=STATE_COOKIE_PATH, secure=secure, httponly=True, samesite="lax")
-
-
-@router.get("/admin")
-async def landing() -> HTMLResponse:
-    headers = {"Content-Security-Policy": "default-src 'none'; form-action 'self'; frame-ancestors 'none'"}
-    return HTMLResponse(_LANDING, headers=headers)
 
 
 @router.get(LOGIN_PATH)

@@ -1,6 +1,7 @@
 """The control plane over REST (``/admin``), mounted only when ``admin.console_enabled`` is set.
 
 ``mount_admin`` adds, to an app built by :func:`api.app.create_app`:
+- the browser console at ``/admin`` (:mod:`api.console.page`);
 - the console login and session routes (:mod:`api.console.login`, over the
   login state of :mod:`api.console.oidc`);
 - the operator API (:mod:`api.console.operator_api`) and the observatory
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, WebSocket
 
-from api.console import observatory, operator_api
+from api.console import observatory, operator_api, page
 from api.console.gate import AdminGate
 from api.console.login import router as auth_router
 from api.console.oidc import Console, ConsoleConfig
@@ -43,6 +44,7 @@ def mount_admin(
     """Serve the console on ``app``; returns its login state (also at ``app.state.console``)."""
     console = Console(console_config, memesh)
     app.state.console = console
+    app.include_router(page.router)  # the console in the browser
     app.include_router(auth_router)
     app.include_router(operator_api.router)
     app.include_router(observatory.router)

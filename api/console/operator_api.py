@@ -139,6 +139,13 @@ async def job_state(job_id: str, operator: Operator, core: Core) -> JobOut:
     return JobOut.of(core.reembed.job(operator, job_id))
 
 
+@router.get("/audit/verify")
+async def verify_audit(operator: Operator, core: Core) -> dict[str, Any]:
+    """Walk the audit hash chain (a ServiceAdmin): ``{ok, rows, first_bad_seq}`` (gRPC's VerifyAudit)."""
+    result: dict[str, Any] = await core.identity.verify_audit(operator)
+    return {"ok": result["ok"], "rows": result["rows"], "first_bad_seq": result["first_bad_seq"]}
+
+
 # ------------------------------------------------------- published keys (no session)
 public_router = APIRouter()
 

@@ -132,6 +132,19 @@ async def test_the_landing_page_is_static(console: ConsoleHarness) -> None:
     assert "s3cret" not in response.text and "/admin/auth/login" in response.text
 
 
+async def test_the_page_and_its_files_carry_a_strict_csp(console: ConsoleHarness) -> None:
+    files = (("/admin", "text/html"), ("/admin/static/console.js", "text/javascript"), ("/admin/static/console.css", "text/css"))
+    for path, kind in files:
+        r = await console.http.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith(kind), path
+        csp = r.headers["content-security-policy"]
+        assert "default-src 'none'" in csp and "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+        assert r.headers["x-content-type-options"] == "nosniff"
+    assert_error(await console.http.get("/admin/static/../oidc.py"), 404, "not_found")
+    assert_error(await console.http.get("/admin/static/nothing.js"), 404, "not_found")
+
+
 async def test_without_the_console_nothing_is_mounted(core: Memesh) -> None:
     app = create_app(core)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test") as http:
