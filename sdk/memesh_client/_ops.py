@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 from memesh_client.models import (
     CellPage,
@@ -99,19 +99,27 @@ def delete_cell(cell_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/cells/{cell_id}", _ok)
 
 
-def search(
-    path: str,
-    text: str | None,
-    k: int,
-    embedding: list[float] | None,
-    cell_types: list[CellType] | None,
-    scene_id: str | None,
-    source_agent: str | None,
-    layer: Layer | None,
-    ranking: Ranking | None,
-) -> Call[list[Node]]:
-    flt = _given(cell_types=cell_types, scene_id=scene_id, source_agent=source_agent)
-    body = _given(text=text, embedding=embedding, k=k, layer=layer, ranking=ranking, filter=flt or None)
+class SearchOptions(TypedDict, total=False):
+    """What ``query`` and ``recall`` take besides the text and ``k`` (the body of ``POST /v1/query``)."""
+
+    embedding: list[float]  # instead of text: a vector of the service's width
+    cell_types: list[CellType]
+    scene_id: str
+    source_agent: str
+    layer: Layer
+    ranking: Ranking  # "hybrid" (the server's default) or "dense"
+
+
+def search(path: str, text: str | None, k: int, **options: Unpack[SearchOptions]) -> Call[list[Node]]:
+    flt = _given(cell_types=options.get("cell_types"), scene_id=options.get("scene_id"), source_agent=options.get("source_agent"))
+    body = _given(
+        text=text,
+        embedding=options.get("embedding"),
+        k=k,
+        layer=options.get("layer"),
+        ranking=options.get("ranking"),
+        filter=flt or None,
+    )
     return Call("POST", path, _nodes, body)
 
 

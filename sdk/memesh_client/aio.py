@@ -8,17 +8,17 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from memesh_client import _ops
-from memesh_client._ops import Call
+from memesh_client._ops import Call, SearchOptions
 from memesh_client._transport import RetryPolicy, headers, read, request_args, wait_before_retry
 from memesh_client.errors import ConnectionFailed, MemeshError, error_of
-from memesh_client.models import CellPage, CellType, Consolidation, InboxItem, Layer, Node, PullPage, Ranking, Scene, ScenePage
+from memesh_client.models import CellPage, CellType, Consolidation, InboxItem, Node, PullPage, Scene, ScenePage
 
 T = TypeVar("T")
 
@@ -92,33 +92,13 @@ class AsyncMemesh:
         await self._send(_ops.delete_cell(cell_id))
 
     # -------------------------------------------------------------- retrieval
-    async def query(
-        self,
-        text: str | None = None,
-        k: int = 10,
-        *,
-        embedding: list[float] | None = None,
-        cell_types: list[CellType] | None = None,
-        scene_id: str | None = None,
-        source_agent: str | None = None,
-        layer: Layer | None = None,
-        ranking: Ranking | None = None,
-    ) -> list[Node]:
-        return await self._send(_ops.search("/v1/query", text, k, embedding, cell_types, scene_id, source_agent, layer, ranking))
+    async def query(self, text: str | None = None, k: int = 10, **options: Unpack[SearchOptions]) -> list[Node]:
+        """Cells most relevant to ``text``, in rank order (hybrid by default; ``ranking="dense"`` for similarity alone)."""
+        return await self._send(_ops.search("/v1/query", text, k, **options))
 
-    async def recall(
-        self,
-        text: str | None = None,
-        k: int = 10,
-        *,
-        embedding: list[float] | None = None,
-        cell_types: list[CellType] | None = None,
-        scene_id: str | None = None,
-        source_agent: str | None = None,
-        layer: Layer | None = None,
-        ranking: Ranking | None = None,
-    ) -> list[Node]:
-        return await self._send(_ops.search("/v1/recall", text, k, embedding, cell_types, scene_id, source_agent, layer, ranking))
+    async def recall(self, text: str | None = None, k: int = 10, **options: Unpack[SearchOptions]) -> list[Node]:
+        """Cells that matter for ``text``: relevance blended with salience and recency."""
+        return await self._send(_ops.search("/v1/recall", text, k, **options))
 
     # ------------------------------------------------- sessions, beacons, scenes
     async def open_session(self, project_id: str) -> str:
