@@ -141,7 +141,7 @@ async def job_state(job_id: str, operator: Operator, core: Core) -> JobOut:
 
 @router.get("/audit/verify")
 async def verify_audit(operator: Operator, core: Core) -> dict[str, Any]:
-    """Walk the audit hash chain (a ServiceAdmin): ``{ok, rows, first_bad_seq}`` (gRPC's VerifyAudit)."""
+    """Walk the audit hash chain (an admin): ``{ok, rows, first_bad_seq}`` (gRPC's VerifyAudit)."""
     result: dict[str, Any] = await core.identity.verify_audit(operator)
     return {"ok": result["ok"], "rows": result["rows"], "first_bad_seq": result["first_bad_seq"]}
 
