@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -53,7 +53,8 @@ def browser() -> Iterator[WebDriver]:
 
 
 def wait_for(browser: WebDriver, condition: Any, timeout_s: float = WAIT_S) -> Any:
-    return WebDriverWait(browser, timeout_s).until(condition)
+    """Until ``condition`` holds; an element the page re-rendered while it was read is looked up again."""
+    return WebDriverWait(browser, timeout_s, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
 def visible(browser: WebDriver, css: str) -> WebElement:

@@ -95,11 +95,22 @@ function agentRow(agent) {
   return row;
 }
 
+// One agent's row, fetched again: replaced where it is shown, else put first (a new agent is on the last page
+// of an id-ordered list, so the operator would not see it otherwise).
+async function refreshRow(agentId) {
+  const agent = await guarded(() => api("GET", `/admin/api/agents/${agentId}`));
+  if (!agent) return;
+  const row = agentRow(agent);
+  const shown = [...document.querySelectorAll("#agents tbody tr")].find((r) => r.dataset.agent === agentId);
+  if (shown) shown.replaceWith(row);
+  else $("#agents tbody").prepend(row);
+}
+
 async function change(agent, action) {
   if (action === "revoke" && !confirm(`Revoke ${agent.display_name}? Its key stops working at once, for good.`)) return;
   if ((await guarded(() => api("POST", `/admin/api/agents/${agent.agent_id}/${action}`))) !== undefined) {
     toast(`${agent.display_name}: ${action} done`);
-    loadAgents();
+    await refreshRow(agent.agent_id);
   }
 }
 
@@ -113,7 +124,10 @@ function showSecret(name, secret) {
 async function rotate(agent) {
   if (!confirm(`Rotate the key of ${agent.display_name}? The old key stops working at once.`)) return;
   const issued = await guarded(() => api("POST", `/admin/api/agents/${agent.agent_id}/rotate`));
-  if (issued) showSecret(agent.display_name, issued.plaintext_secret);
+  if (issued) {
+    showSecret(agent.display_name, issued.plaintext_secret);
+    await refreshRow(agent.agent_id);
+  }
 }
 
 async function issue(event) {
@@ -126,7 +140,7 @@ async function issue(event) {
   if (!issued) return;
   event.target.reset();
   showSecret(body.display_name, issued.plaintext_secret);
-  loadAgents();
+  await refreshRow(issued.agent_id);
 }
 
 let descriptorAgent = null;
