@@ -260,7 +260,7 @@ function drawWalks() {
   box.replaceChildren();
   const newest = [...walks.entries()].reverse().slice(0, 20);
   for (const [diffId, hops] of newest) box.append(drawWalk(diffId, hops));
-  $("#obs-status").textContent = `${walks.size} walks, ${[...walks.values()].reduce((n, h) => n + h.length, 0)} hops`;
+  $("#obs-count").textContent = `${walks.size} walks, ${[...walks.values()].reduce((n, h) => n + h.length, 0)} hops shown`;
 }
 
 function drawWalk(diffId, hops) {
