@@ -21,7 +21,6 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 from head.audit import record
 from head.embedding import SwitchGate
@@ -49,9 +48,7 @@ class CellService:
         """One keyset page of cells (id order) strictly after ``after``, and whether more follow."""
         if not 1 <= limit <= self._max_list:
             raise ValidationFailed(f"limit must be between 1 and {self._max_list}")
-        if principal.read_scope:
-            allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
-            flt = replace(flt, project_ids=frozenset(allowed))
+        flt = flt.within(principal.read_scope)
         parts = await asyncio.gather(*(s.list_cells(principal.tenant_id, flt, after, limit + 1) for s in scene_shards(self._dir)))
         cells = sorted((c for part in parts for c in part), key=lambda c: c.id)
         return cells[:limit], len(cells) > limit

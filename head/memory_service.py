@@ -325,10 +325,7 @@ class MemoryService:
     @staticmethod
     def _scoped(principal: Principal, flt: NodeFilter) -> NodeFilter:
         """``flt`` narrowed to the principal's read scope (when it has one)."""
-        if not principal.read_scope:
-            return flt
-        allowed = principal.read_scope if flt.project_ids is None else principal.read_scope & flt.project_ids
-        return replace(flt, project_ids=frozenset(allowed))
+        return flt.within(principal.read_scope)
 
     async def _search(self, principal: Principal, vector: Vector, k: int, flt: NodeFilter) -> list[tuple[Cell, float]]:
         parts = await self._fan_out(SearchRequest(principal.tenant_id, vector, k, self._scoped(principal, flt)))

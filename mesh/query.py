@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from mesh.model import Cell, CellType, Layer, Vector
@@ -27,6 +27,13 @@ class NodeFilter:
     layer: Layer | None = None
     project_ids: frozenset[str] | None = None
     include_superseded: bool = False
+
+    def within(self, read_scope: frozenset[str]) -> NodeFilter:
+        """This filter narrowed to a read scope (empty: the whole tenant, unchanged)."""
+        if not read_scope:
+            return self
+        allowed = read_scope if self.project_ids is None else read_scope & self.project_ids
+        return replace(self, project_ids=frozenset(allowed))
 
 
 @dataclass(frozen=True, slots=True)
