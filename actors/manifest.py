@@ -17,8 +17,11 @@ from actors.schemas import MANIFEST_SCHEMA
 from actors.storage import KeyedTable
 from mesh.errors import ConfigInvalid
 from mesh.layout import COUNT_KEYS, KINDS, Layout
+from mesh.sharding import Assignment
 
-LAYOUT_KEY = "layout"  # {"counts": {kind: n}, "generations": {kind: g}}, written by a resize (actors.resize)
+# {"counts": {kind: n}, "generations": {kind: g}, "assignments": {kind: {count, owners}}, "unswept": [kind]},
+# written by a resize (actors.resize)
+LAYOUT_KEY = "layout"
 
 
 class DeploymentManifest:
@@ -38,11 +41,20 @@ class DeploymentManifest:
     def layout(self, stored: dict[str, Any], wanted: dict[str, int]) -> Layout:
         """The partition layout in force (a kind never recorded counts as ``wanted``)."""
         counts = {kind: int(stored.get(COUNT_KEYS[kind], wanted[kind])) for kind in KINDS}
-        return Layout(counts, dict(stored.get(LAYOUT_KEY, {}).get("generations", {})))
+        row = stored.get(LAYOUT_KEY, {})
+        assignments = {kind: Assignment.from_json(value) for kind, value in row.get("assignments", {}).items()}
+        return Layout(counts, dict(row.get("generations", {})), assignments)
 
-    async def switch_layout(self, layout: Layout) -> None:
-        """Put ``layout`` in force: one row, so one commit (a resize's switch)."""
-        await self._put({LAYOUT_KEY: {"counts": layout.counts, "generations": layout.generations}})
+    @staticmethod
+    def unswept(stored: dict[str, Any]) -> list[str]:
+        """The kinds a resize cut short left with rows at actors that do not own their partitions."""
+        return [str(kind) for kind in stored.get(LAYOUT_KEY, {}).get("unswept", [])]
+
+    async def switch_layout(self, layout: Layout, unswept: list[str] | None = None) -> None:
+        """Put ``layout`` in force, with the kinds still to sweep: one row, so one commit (a resize's steps)."""
+        assignments = {kind: a.to_json() for kind, a in sorted(layout.assignments.items())}
+        value = {"counts": layout.counts, "generations": layout.generations, "assignments": assignments}
+        await self._put({LAYOUT_KEY: {**value, "unswept": sorted(unswept or [])}})
 
     async def _put(self, values: dict[str, Any]) -> None:
         rows = [{"key": k, "value": json.dumps(v)} for k, v in sorted(values.items())]

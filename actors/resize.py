@@ -1,28 +1,34 @@
-"""Settling the partition layout before the actors start: a changed shard count is a resize.
+"""Settling the partition layout before the actors start: a changed shard count moves virtual partitions.
 
 Run once per start, before any partitioned actor exists (``settle_layout``):
 
 1. Read the manifest. No manifest: a new deployment, nothing to move.
-2. Counts as stored: drop tables of any other generation (what a resize cut
-   short after its switch left behind) and return the layout.
+2. A resize cut short (``unswept`` kinds in the manifest): remove, from every
+   actor's tables, the rows of partitions that actor does not own under the
+   assignment in force (the copies a cut-short move made, or the sources a
+   move left after its switch), and drop the tables of indices beyond the
+   count. Then drop tables of any other generation.
 3. A count changed: refuse while the deployment's actors run (another head
-   serves with the old counts) or an erase is unfinished (its journal names
-   shards by index); otherwise, for each resized kind, read every row of
-   every old table, route it by the request keys (:mod:`mesh.sharding`) to its
-   index under the new count, and write it to the tables of the next
-   generation, which start empty (leftovers of an earlier attempt are dropped
-   first).
-4. Switch: one manifest row (``layout``) records every kind's new count and
-   generation in one commit. Until it is written the old tables are in force
-   and a restart does the resize again; after it, the new ones are.
-5. Drop the old generation's tables (with their files: nothing erased in them
-   survives elsewhere).
+   serves with the old assignment) or an erase is unfinished (its journal
+   names shards by index). Otherwise compute the new assignment
+   (:meth:`~mesh.sharding.Assignment.rebalanced`: only the partitions whose
+   owner must change move), record the kinds as unswept (commit 1), copy every
+   row whose partition changes owner to its new owner's tables, switch the
+   manifest to the new assignment (commit 2, the one after which the new
+   owners are in force), remove the moved rows from their old owners and drop
+   retired actors' tables, and clear the mark (commit 3).
 
-Rows are copied from each table's live view (``RowTable.load``), so every
+A crash before commit 2 leaves the old assignment in force: the next start
+sweeps the partial copies and, with the new counts, moves again. A crash
+after it leaves the new one in force: the next start sweeps the sources. No
+row is ever absent from its owner, and no actor loads a row it does not own.
+
+Rows are read from each table's live view (``RowTable.load``), so every
 acknowledged cell, scene, beacon, agent node, standing, delivery, cursor and
-pending walk moves; an agent's deliveries keep their order (they all come from
-the one table that held the agent). The copy holds one kind's rows in memory,
-as the actors themselves do when they load.
+propagation mark moves with its key; an agent's deliveries keep their order
+(they come from the one table that held the agent). Rows with content leave
+their old table by a fragment rewrite (``RowTable.erase_rows``), so no byte of
+a moved row stays behind to outlive a later erase.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -51,8 +57,8 @@ from actors.schemas import (
 )
 from actors.storage import LanceStore, StorageConfig
 from mesh.errors import ConfigInvalid
-from mesh.layout import COUNT_KEYS, KINDS, Layout, Move, Settled, parse_table, table_prefix
-from mesh.sharding import partition_key, shard_for
+from mesh.layout import COUNT_KEYS, Layout, Move, Settled, parse_table, table_prefix
+from mesh.sharding import Assignment, partition_key
 
 log = logging.getLogger(__name__)
 
@@ -62,97 +68,159 @@ class TableKind:
     suffix: str
     schema: Callable[[int], pa.Schema]
     identity: str | None
+    column: str  # what tells its rows apart when removed: the identity, or the key of a row without one
 
 
 TABLES: dict[str, tuple[TableKind, ...]] = {
     "scene_shard": (
-        TableKind("cells", cell_schema, "id"),
-        TableKind("scenes", scene_schema, "id"),
-        TableKind("propagated", lambda _: PROPAGATED_SCHEMA, None),
+        TableKind("cells", cell_schema, "id", "id"),
+        TableKind("scenes", scene_schema, "id", "id"),
+        TableKind("propagated", lambda _: PROPAGATED_SCHEMA, None, "cell_id"),
     ),
     "beacon_set": (
-        TableKind("beacons", beacon_schema, "id"),
-        TableKind("agents", agent_node_schema, "id"),
-        TableKind("standings", lambda _: STANDING_SCHEMA, "id"),
+        TableKind("beacons", beacon_schema, "id", "id"),
+        TableKind("agents", agent_node_schema, "id", "id"),
+        TableKind("standings", lambda _: STANDING_SCHEMA, "id", "id"),
     ),
     "inbox_shard": (
-        TableKind("deliveries", lambda _: DELIVERY_SCHEMA, "delivery_id"),
-        TableKind("cursors", lambda _: CURSOR_SCHEMA, None),
+        TableKind("deliveries", lambda _: DELIVERY_SCHEMA, "delivery_id", "delivery_id"),
+        TableKind("cursors", lambda _: CURSOR_SCHEMA, None, "id"),
     ),
 }
 
 
-Rows = dict[str, pa.Table]  # suffix -> every row of that table, across the old indices
+Rows = dict[str, pa.Table]  # suffix -> the rows of that table at one index
+Held = dict[int, Rows]  # index -> its tables' rows
 
 
 def _column(rows: pa.Table, name: str) -> list[str]:
     return [str(v) for v in rows.column(name).to_pylist()]
 
 
-def _destinations(kind: str, rows: Rows, count: int) -> dict[str, list[int | None]]:
-    """For each table of ``kind``, the new index of each row (None: a row nothing owns any more)."""
+def _routing_keys(kind: str, held: Held) -> dict[int, dict[str, list[str | None]]]:
+    """For each index and table of ``kind``, each row's routing key (None: a row no partition owns any more,
+    the propagation mark of an erased cell). Rows keyed through another table (a mark through its cell, a
+    standing through its beacon) look it up across every index, since a row may sit at a copy."""
     if kind == "scene_shard":
 
-        def by_project(table: pa.Table) -> list[int | None]:
+        def by_project(table: pa.Table) -> list[str | None]:
             pairs = zip(_column(table, "tenant_id"), _column(table, "project_id"), strict=True)
-            return [shard_for(partition_key(t, p), count) for t, p in pairs]
+            return [partition_key(t, p) for t, p in pairs]
 
-        cells = rows["cells"]
-        of_cell = dict(zip(_column(cells, "id"), by_project(cells), strict=True))
+        of_cell = {
+            c: k for rows in held.values() for c, k in zip(_column(rows["cells"], "id"), by_project(rows["cells"]), strict=True)
+        }
         return {
-            "cells": by_project(cells),
-            "scenes": by_project(rows["scenes"]),
-            "propagated": [of_cell.get(c) for c in _column(rows["propagated"], "cell_id")],  # an erased cell's: dropped
+            index: {
+                "cells": by_project(rows["cells"]),
+                "scenes": by_project(rows["scenes"]),
+                "propagated": [of_cell.get(c) for c in _column(rows["propagated"], "cell_id")],
+            }
+            for index, rows in held.items()
         }
     if kind == "beacon_set":
-        beacons = rows["beacons"]
-        agent_of = dict(zip(_column(beacons, "id"), _column(beacons, "agent_id"), strict=True))
+        agent_of = {
+            b: a
+            for rows in held.values()
+            for b, a in zip(_column(rows["beacons"], "id"), _column(rows["beacons"], "agent_id"), strict=True)
+        }
         return {
-            "beacons": [shard_for(a, count) for a in _column(beacons, "agent_id")],
-            "agents": [shard_for(a, count) for a in _column(rows["agents"], "id")],
-            # a standing is a beacon's (kept with the beacon's agent) or an agent node's
-            "standings": [shard_for(agent_of.get(i, i), count) for i in _column(rows["standings"], "id")],
+            index: {
+                "beacons": list(_column(rows["beacons"], "agent_id")),
+                "agents": list(_column(rows["agents"], "id")),
+                # a standing is a beacon's (kept with the beacon's agent) or an agent node's
+                "standings": [agent_of.get(i, i) for i in _column(rows["standings"], "id")],
+            }
+            for index, rows in held.items()
         }
     return {
-        "deliveries": [shard_for(a, count) for a in _column(rows["deliveries"], "agent_id")],
-        "cursors": [shard_for(a, count) for a in _column(rows["cursors"], "id")],
+        index: {"deliveries": list(_column(rows["deliveries"], "agent_id")), "cursors": list(_column(rows["cursors"], "id"))}
+        for index, rows in held.items()
     }
 
 
-async def _read_kind(store: LanceStore, kind: str, layout: Layout, dims: int, existing: set[str]) -> Rows:
-    rows: Rows = {}
-    for table in TABLES[kind]:
-        schema = table.schema(dims)
-        parts = []
-        for index in range(layout.counts[kind]):
-            name = f"{layout.prefix(kind, index)}_{table.suffix}"
-            if name in existing:
-                parts.append((await (await store.table(name, schema, table.identity)).load()).select(schema.names))
-        rows[table.suffix] = pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
-    return rows
+def _owners(kind: str, held: Held, assignment: Assignment) -> dict[int, dict[str, list[int | None]]]:
+    """For each index and table, the index of the actor that owns each row under ``assignment``."""
+    return {
+        index: {suffix: [None if key is None else assignment.owner(key) for key in keys] for suffix, keys in tables.items()}
+        for index, tables in _routing_keys(kind, held).items()
+    }
 
 
-async def _copy_kind(store: LanceStore, kind: str, old: Layout, count: int, generation: int, dims: int) -> int:
-    """Write every row of ``kind`` into the tables of ``generation`` at ``count`` partitions; rows moved."""
+async def _indices(store: LanceStore, kind: str, generation: int) -> list[int]:
+    """Every index of ``kind`` with a table at ``generation`` (beyond the count too: a retired or new actor's)."""
+    found = {p[2] for p in map(parse_table, await store.table_names()) if p is not None and p[:2] == (kind, generation)}
+    return sorted(found)
+
+
+async def _read(store: LanceStore, kind: str, generation: int, indices: list[int], dims: int) -> Held:
     existing = set(await store.table_names())
-    for name in existing:  # an earlier attempt at this generation, cut short: start again from empty tables
-        parsed = parse_table(name)
-        if parsed is not None and parsed[0] == kind and parsed[1] == generation:
-            await store.drop(name)
-    rows = await _read_kind(store, kind, old, dims, existing)
-    destinations = _destinations(kind, rows, count)
+    held: Held = {}
+    for index in indices:
+        held[index] = {}
+        for table in TABLES[kind]:
+            schema = table.schema(dims)
+            name = f"{table_prefix(kind, index, generation)}_{table.suffix}"
+            rows = (await (await store.table(name, schema, table.identity)).load()) if name in existing else schema.empty_table()
+            held[index][table.suffix] = rows.select(schema.names).cast(schema)
+    return held
+
+
+async def _copy_moving(store: LanceStore, kind: str, old: Layout, new: Assignment, dims: int) -> int:
+    """Append every row whose owner changes to its new owner's tables; rows copied. Its old owner keeps it
+    until the sweep after the switch, so the row is never absent from the actor the manifest names."""
+    generation = old.generation(kind)
+    held = await _read(store, kind, generation, list(range(old.counts[kind])), dims)
+    owners = _owners(kind, held, new)
     moved = 0
     for table in TABLES[kind]:
-        by_index: dict[int, list[int]] = defaultdict(list)
-        for position, index in enumerate(destinations[table.suffix]):
-            if index is not None:
-                by_index[index].append(position)
-        for index, positions in sorted(by_index.items()):
-            name = f"{table_prefix(kind, index, generation)}_{table.suffix}"
+        arriving: dict[int, list[pa.Table]] = defaultdict(list)
+        for index, rows in held.items():
+            by_owner: dict[int, list[int]] = defaultdict(list)
+            for position, owner in enumerate(owners[index][table.suffix]):
+                if owner is not None and owner != index:
+                    by_owner[owner].append(position)
+            for owner, positions in by_owner.items():
+                arriving[owner].append(rows[table.suffix].take(positions))
+        for owner, parts in sorted(arriving.items()):
+            name = f"{table_prefix(kind, owner, generation)}_{table.suffix}"
             target = await store.table(name, table.schema(dims), table.identity)
-            await target.append(rows[table.suffix].take(positions))
-            moved += len(positions)
+            batch = pa.concat_tables(parts)
+            await target.append(batch)
+            moved += batch.num_rows
     return moved
+
+
+async def _sweep(store: LanceStore, kind: str, layout: Layout, dims: int) -> None:
+    """Leave at each actor's tables only the rows of partitions it owns under ``layout``, and drop the tables
+    of indices beyond the count."""
+    generation, count = layout.generation(kind), layout.counts[kind]
+    indices = await _indices(store, kind, generation)
+    held = await _read(store, kind, generation, indices, dims)
+    owners = _owners(kind, held, layout.assignment(kind))
+    for index in indices:
+        for table in TABLES[kind]:
+            name = f"{table_prefix(kind, index, generation)}_{table.suffix}"
+            if index >= count:
+                if name in set(await store.table_names()):
+                    await store.drop(name)
+                continue
+            rows = held[index][table.suffix]
+            strays = sorted(
+                {
+                    key
+                    for key, owner in zip(_column(rows, table.column), owners[index][table.suffix], strict=True)
+                    if owner != index
+                }
+            )
+            if not strays:
+                continue
+            target = await store.table(name, table.schema(dims), table.identity)
+            if table.identity is not None:
+                await target.erase_rows(table.column, strays)
+            else:  # marks and cursors: no content, so a delete and a purge of the old versions leave nothing
+                await target.delete_where_in(table.column, strays)
+                await target.purge()
 
 
 async def _drop_other_generations(store: LanceStore, layout: Layout) -> None:
@@ -183,26 +251,39 @@ async def settle_layout(storage: StorageConfig, wanted: dict[str, int], dims: in
         return Settled(Layout(dict(wanted)))
     layout = manifest.layout(stored, wanted)
     kinds = layout.resized(wanted)
-    if not kinds:
-        if not running:
-            await _drop_other_generations(store, layout)
-        return Settled(layout)
     changes = ", ".join(f"{COUNT_KEYS[k]} {layout.counts[k]} -> {wanted[k]}" for k in kinds)
     if running:
-        raise ConfigInvalid(f"{changes}: the deployment runs with the old counts; stop every head, then start with the new")
+        if kinds:
+            raise ConfigInvalid(f"{changes}: the deployment runs with the old counts; stop every head, then start with the new")
+        return Settled(layout)
+    unswept = manifest.unswept(stored)
+    for kind in unswept:  # a resize cut short: before its switch the copies, after it the sources, are strays
+        log.warning("resize: %s was cut short; removing rows of partitions their actor does not own", COUNT_KEYS[kind])
+        await _sweep(store, kind, layout, dims)
+    if unswept:
+        await manifest.switch_layout(layout)
+    if not kinds:
+        await _drop_other_generations(store, layout)
+        return Settled(layout)
     if "dims" in stored and stored["dims"] != dims:
         raise ConfigInvalid(f"{changes}: the data has {stored['dims']} dims, not {dims}; resize with the old engine")
     if await _erases_unfinished(store, set(await store.table_names())):
         raise ConfigInvalid(f"{changes}: an erase is unfinished; start once with the old counts so it completes, then resize")
-    generations = {kind: layout.generation(kind) for kind in KINDS}
+    assignments = {**layout.assignments, **{k: layout.assignment(k).rebalanced(wanted[k]) for k in kinds}}
+    resized = Layout({**layout.counts, **{k: wanted[k] for k in kinds}}, dict(layout.generations), assignments)
+    await manifest.switch_layout(layout, unswept=kinds)  # commit 1: a move under way (its copies are strays)
     moves = []
     for kind in kinds:
-        generations[kind] += 1
         started = time.perf_counter()
-        moved = await _copy_kind(store, kind, layout, wanted[kind], generations[kind], dims)
-        moves.append(Move(kind, layout.counts[kind], wanted[kind], moved, time.perf_counter() - started))
-    resized = Layout({**layout.counts, **{k: wanted[k] for k in kinds}}, generations)
-    await manifest.switch_layout(resized)  # the one commit after which the new tables are in force
+        rows = await _copy_moving(store, kind, layout, assignments[kind], dims)
+        partitions = layout.assignment(kind).moved_to(assignments[kind])
+        moves.append(Move(kind, layout.counts[kind], wanted[kind], rows, time.perf_counter() - started, partitions))
+    await manifest.switch_layout(resized, unswept=kinds)  # commit 2: the new owners are in force
+    for i, kind in enumerate(kinds):
+        started = time.perf_counter()
+        await _sweep(store, kind, resized, dims)  # the old owners let go of what moved
+        moves[i] = replace(moves[i], seconds=moves[i].seconds + time.perf_counter() - started)
+    await manifest.switch_layout(resized)  # commit 3: nothing left to sweep
     await _drop_other_generations(store, resized)
     return Settled(resized, tuple(moves))
 

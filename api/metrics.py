@@ -161,13 +161,17 @@ def partition_metrics(settled: Settled) -> Iterator[Metric]:
     generation = GaugeMetricFamily("memesh_partition_generation", "Resizes each kind has had.", labels=kinds)
     rows = GaugeMetricFamily("memesh_partition_moved_rows", "Rows the resize at this head's start moved.", labels=kinds)
     seconds = GaugeMetricFamily("memesh_partition_move_seconds", "How long the resize at this head's start took.", labels=kinds)
+    partitions = GaugeMetricFamily(
+        "memesh_partitions_moved", "Virtual partitions the resize at this head's start gave a new owner.", labels=kinds
+    )
     moves = {move.kind: move for move in settled.moves}
     for kind, n in sorted(settled.layout.counts.items()):
         count.add_metric([kind], float(n))
         generation.add_metric([kind], float(settled.layout.generation(kind)))
         rows.add_metric([kind], float(moves[kind].rows if kind in moves else 0))
         seconds.add_metric([kind], moves[kind].seconds if kind in moves else 0.0)
-    yield from (count, generation, rows, seconds)
+        partitions.add_metric([kind], float(moves[kind].partitions if kind in moves else 0))
+    yield from (count, generation, rows, seconds, partitions)
 
 
 def request_metrics(memesh: Memesh) -> Iterator[Metric]:

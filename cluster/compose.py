@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -150,6 +151,7 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
         with ThreadPoolExecutor(1) as pool:  # its own event loop, whatever the caller runs
             settled = pool.submit(settle_layout_blocking, storage_config(settings), wanted, dims, False).result()
         plan = actor_plan(settings, dims, None, settled.layout)
+        spec = replace(spec, routes=settled.layout.routes())
         return InProcessDirectory(spec, {name: cls(*args) for name, (cls, args) in plan.items()}), settled
     from actors.ray_directory import RayDirectory, RayLookup, connect, deployment_running
 
@@ -159,6 +161,7 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
     directory = RayDirectory(spec, registry_plan(settings), ray_settings.detached, ray_settings.placement == "spread")
     # The registry (the manifest's one writer) settles the layout, resizing first if the counts changed.
     settled = directory.call_now(REGISTRY, "settle_layout", wanted, dims, running)
+    directory.spec = spec = replace(spec, routes=settled.layout.routes())  # route by the assignment in force
     # ``ray.detached``: heads joined to a Ray cluster come and go, the actors outlive the head that made
     # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
     # ``ray.placement``: "spread" puts the actors on as many nodes as the cluster has (a lost node then

@@ -3,7 +3,7 @@
 Every method takes the authenticated :class:`Principal` first and confines
 what it touches to the principal's tenant and read scope; nothing here trusts
 an identity named in a request. Shards are addressed through the Directory by
-``shard_for(tenant, project)``; reads fan out to every shard and merge.
+the assignment in force (``DirectorySpec.owner``); reads fan out to every shard and merge.
 
 A batch is validated whole before any shard writes: every field, the
 tenant's quotas (reserved, and given back if the write fails) and every
@@ -36,7 +36,7 @@ from mesh.lexical import query_terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest, rerank_for_recall
 from mesh.seam import Directory
-from mesh.sharding import partition_key, shard_for
+from mesh.sharding import partition_key
 from mesh.storage_cost import stored_bytes
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning
 
@@ -417,4 +417,4 @@ class MemoryService:
         raise NotFound("scene not found")
 
     def _shard_of(self, tenant_id: str, project_id: str) -> int:
-        return shard_for(partition_key(tenant_id, project_id), self._dir.spec.scene_shards)
+        return self._dir.spec.owner("scene_shard", partition_key(tenant_id, project_id))

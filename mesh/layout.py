@@ -1,22 +1,25 @@
-"""The partition layout: how many actors of each partitioned kind a deployment has, and which tables they own.
+"""The partition layout: how many actors of each partitioned kind a deployment has, which virtual partitions
+each serves, and which tables they own.
 
 Scene shards, beacon sets and inbox shards each own tables named by their
-index. A layout gives every kind its count and a *generation*: changing a
-count (a resize) writes the kind's rows into tables of the next generation,
-routed by the same keys as requests (:mod:`mesh.sharding`), and only then
-switches the deployment's manifest to the new count and generation, so a
-resize cut short by a crash leaves the old tables in force and is simply done
-again. Generation 0 keeps the names deployments have always had.
+index. A layout gives every kind its count, its :class:`~mesh.sharding.Assignment`
+of virtual partitions to actors, and a *generation* (the table names of a
+deployment resized by the copies of earlier versions; generation 0 keeps the
+names deployments have always had). Changing a count (a resize,
+:mod:`actors.resize`) moves the partitions whose owner changes and only then
+switches the deployment's manifest to the new assignment.
 
 Guarantees: :func:`table_prefix` is the one naming rule for a partitioned
 actor's tables; :func:`parse_table` inverts it, so tables of another
-generation are recognised (and dropped once a resize is done).
+generation or of an index beyond the count are recognised (and dropped).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+
+from mesh.sharding import Assignment, Routes
 
 KINDS = ("scene_shard", "beacon_set", "inbox_shard")
 COUNT_KEYS = {"scene_shard": "scene_shards", "beacon_set": "beacon_sets", "inbox_shard": "inbox_shards"}
@@ -44,10 +47,18 @@ def parse_table(name: str) -> tuple[str, int, int, str] | None:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """Counts and generations of the partitioned kinds (picklable; what the actor plan is built from)."""
+    """Counts, assignments and generations of the partitioned kinds (picklable; what the actor plan is built
+    from). A kind without a recorded assignment routes by the implicit one (:mod:`mesh.sharding`)."""
 
     counts: dict[str, int]
     generations: dict[str, int] = field(default_factory=dict)
+    assignments: dict[str, Assignment] = field(default_factory=dict)
+
+    def assignment(self, kind: str) -> Assignment:
+        return self.assignments.get(kind) or Assignment(self.counts[kind])
+
+    def routes(self) -> Routes:
+        return Routes(*(self.assignment(kind) for kind in KINDS))
 
     def generation(self, kind: str) -> int:
         return self.generations.get(kind, 0)
@@ -62,16 +73,21 @@ class Layout:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """One kind resized at this start: its count before and after, the rows copied and the seconds it took."""
+    """One kind resized at this start: its count before and after, the virtual partitions that changed owner,
+    the rows copied to their new owners and the seconds it took."""
 
     kind: str
     count_from: int
     count_to: int
     rows: int
     seconds: float
+    partitions: int = 0
 
     def __str__(self) -> str:
-        return f"{COUNT_KEYS[self.kind]} {self.count_from} -> {self.count_to}: {self.rows} rows moved in {self.seconds:.2f}s"
+        return (
+            f"{COUNT_KEYS[self.kind]} {self.count_from} -> {self.count_to}: {self.partitions} partitions, "
+            f"{self.rows} rows moved in {self.seconds:.2f}s"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,11 @@ from mesh.erasure import JournalEntry, Selector, ShardErasePlan
 from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
-from mesh.layout import Settled
+from mesh.layout import COUNT_KEYS, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
-from mesh.sharding import shard_for
+from mesh.sharding import Routes, shard_for
 from mesh.walk import Candidate, NeighbourRequest
 
 Neighbours = list[dict[str, list[Candidate]]]
@@ -303,13 +303,22 @@ class EmbedderActor(Actor, Protocol):
 
 @dataclass(frozen=True, slots=True)
 class DirectorySpec:
-    """Where a deployment's actors are: its namespace and partition counts (picklable)."""
+    """Where a deployment's actors are: its namespace, partition counts and the assignment of virtual
+    partitions to them (picklable). ``routes`` is settled at start from the manifest; None routes by the
+    implicit assignment of the counts (a deployment never resized, or a directory built in a test)."""
 
     namespace: str
     scene_shards: int
     beacon_sets: int
     inbox_shards: int
     embedders: int = 0  # the embedder pool (0: each head embeds with its own engine)
+    routes: Routes | None = None
+
+    def owner(self, kind: str, key: str) -> int:
+        """The index of the ``kind`` actor that holds ``key``: the one routing rule of requests."""
+        if self.routes is None:
+            return shard_for(key, getattr(self, COUNT_KEYS[kind]))
+        return self.routes.owner(kind, key)
 
 
 class Directory(Protocol):
@@ -342,12 +351,12 @@ class Directory(Protocol):
 
 def beacon_set_index(directory: Directory, agent_id: str) -> int:
     """The one mapping from an agent to the BeaconSet holding its beacons and agent node."""
-    return shard_for(agent_id, directory.spec.beacon_sets)
+    return directory.spec.owner("beacon_set", agent_id)
 
 
 def inbox_index(directory: Directory, agent_id: str) -> int:
     """The one mapping from an agent to the InboxShard holding its inbox."""
-    return shard_for(agent_id, directory.spec.inbox_shards)
+    return directory.spec.owner("inbox_shard", agent_id)
 
 
 def scene_shards(directory: Directory) -> list[SceneShardActor]:

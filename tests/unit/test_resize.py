@@ -1,5 +1,7 @@
-"""Changing the shard counts of a deployment with data: every cell, beacon, delivery and cursor moves to the
-partition its key routes to under the new counts (``actors.resize``), on the real LanceDB."""
+"""Changing the shard counts of a deployment with data: the virtual partitions whose owner changes move, with
+every cell, beacon, delivery and cursor in them, to their new owner (``actors.resize``), on the real LanceDB;
+afterwards every actor holds exactly the rows of the partitions it owns, and a resize cut short at any commit
+is finished or undone by the next start."""
 
 from __future__ import annotations
 
@@ -11,15 +13,18 @@ from typing import Any
 
 import pytest
 
-from actors.resize import _copy_kind, settle_layout
+from actors.manifest import DeploymentManifest
+from actors.resize import _copy_moving, _indices, _owners, _read, settle_layout
+from actors.schemas import MANIFEST_SCHEMA
 from actors.storage import LanceStore, StorageConfig
 from api.metrics import partition_metrics
 from cluster.compose import start_core, storage_config, wanted_counts
 from head.facade import Memesh
 from mesh.errors import ConfigInvalid
-from mesh.layout import Layout, parse_table
+from mesh.layout import KINDS, Layout, parse_table
 from mesh.query import NodeFilter
 from mesh.seam import beacon_set_index
+from mesh.sharding import VIRTUAL_PARTITIONS
 from tests.unit.conftest import in_process_settings
 from tests.unit.test_propagation import agent, drain, settle, write
 
@@ -84,6 +89,31 @@ async def table_generations(settings_dir: Path) -> set[tuple[str, int]]:
     return {(p[0], p[1]) for p in map(parse_table, await store.table_names()) if p is not None}
 
 
+async def stored_layout(settings_dir: Path) -> tuple[Layout, list[str]]:
+    store = await LanceStore.open(StorageConfig(str(settings_dir / "lance")))
+    manifest = DeploymentManifest(await store.keyed("deployment_manifest", MANIFEST_SCHEMA, "key"))
+    stored = await manifest.stored()
+    return manifest.layout(stored, {k: 0 for k in KINDS}), manifest.unswept(stored)
+
+
+async def assert_every_row_at_its_owner(settings_dir: Path, dims: int = 384) -> dict[str, int]:
+    """Every row of every partitioned table sits at the index that owns its partition under the stored
+    assignment, only indices below the count have tables, and nothing is left to sweep; rows per kind."""
+    layout, unswept = await stored_layout(settings_dir)
+    assert unswept == []
+    store = await LanceStore.open(StorageConfig(str(settings_dir / "lance")))
+    rows: dict[str, int] = {}
+    for kind in KINDS:
+        indices = await _indices(store, kind, layout.generation(kind))
+        assert indices == list(range(layout.counts[kind])), f"{kind}: tables at {indices}, count {layout.counts[kind]}"
+        held = await _read(store, kind, layout.generation(kind), indices, dims)
+        for index, tables in _owners(kind, held, layout.assignment(kind)).items():
+            for suffix, owners in tables.items():
+                assert set(owners) <= {index}, f"{kind}:{index} {suffix} holds rows of partitions it does not own"
+        rows[kind] = sum(t.num_rows for tables in held.values() for t in tables.values())
+    return rows
+
+
 async def started(make_core: Callable[..., Memesh], tmp_path: Path, **ray: int) -> Memesh:
     core = make_core(ray=ray)
     await start_core(core, in_process_settings(tmp_path / "data", ray=ray))
@@ -96,29 +126,52 @@ async def test_growing_then_shrinking_the_shard_counts_keeps_every_cell_beacon_d
     core = await started(make_core, tmp_path)
     world = await populate(core)
     await core.close()
+    before = await assert_every_row_at_its_owner(tmp_path / "data")
 
     grown = await started(make_core, tmp_path, scene_shards=5, beacon_sets=3, inbox_shards=4)
     assert grown.directory.spec.scene_shards == 5
-    moved = {m.kind: (m.count_from, m.count_to, m.rows) for m in grown.partitions.moves}
+    moved = {m.kind: (m.count_from, m.count_to, m.rows, m.partitions) for m in grown.partitions.moves}
     assert moved["scene_shard"][:2] == (2, 5) and moved["beacon_set"][:2] == (2, 3) and moved["inbox_shard"][:2] == (2, 4)
-    assert moved["scene_shard"][2] >= len(world.cells) and all(rows > 0 for _, _, rows in moved.values())
+    # only the partitions whose owner changes move: 2 -> 5 keeps 820 + 819 of 4,096 where they were
+    assert moved["scene_shard"][3] == VIRTUAL_PARTITIONS - 820 - 819
+    assert moved["beacon_set"][3] == VIRTUAL_PARTITIONS - 1366 - 1365 and moved["inbox_shard"][3] == VIRTUAL_PARTITIONS // 2
+    assert all(0 < rows < before[kind] for kind, (_, _, rows, _) in moved.items()), (moved, before)
     exposed = {(m.name, s.labels["kind"]): s.value for m in partition_metrics(grown.partitions) for s in m.samples}
-    assert exposed[("memesh_partitions", "scene_shard")] == 5 and exposed[("memesh_partition_generation", "inbox_shard")] == 1
+    assert exposed[("memesh_partitions", "scene_shard")] == 5
     assert exposed[("memesh_partition_moved_rows", "beacon_set")] == moved["beacon_set"][2]
+    assert exposed[("memesh_partitions_moved", "scene_shard")] == moved["scene_shard"][3]
     await check(grown, world)
     await grown.close()
-    assert await table_generations(tmp_path / "data") == {("scene_shard", 1), ("beacon_set", 1), ("inbox_shard", 1)}
+    assert await assert_every_row_at_its_owner(tmp_path / "data") == before  # moved, not copied: no row twice
+    assert await table_generations(tmp_path / "data") == {("scene_shard", 0), ("beacon_set", 0), ("inbox_shard", 0)}
 
     shrunk = await started(make_core, tmp_path, scene_shards=1, beacon_sets=2, inbox_shards=3)
     await check(shrunk, world)
     await settle(shrunk)
     await shrunk.close()
-    assert await table_generations(tmp_path / "data") == {("scene_shard", 2), ("beacon_set", 2), ("inbox_shard", 2)}
+    await assert_every_row_at_its_owner(tmp_path / "data")  # the retired actors' tables are gone
 
     again = await started(make_core, tmp_path, scene_shards=1, beacon_sets=2, inbox_shards=3)  # no resize: no move
+    assert again.partitions.moves == ()
     await check(again, world)
     await again.close()
-    assert await table_generations(tmp_path / "data") == {("scene_shard", 2), ("beacon_set", 2), ("inbox_shard", 2)}
+    await assert_every_row_at_its_owner(tmp_path / "data")
+
+
+async def cut_short(tmp_path: Path, counts: dict[str, int], switched: bool) -> None:
+    """What a start resizing to ``counts`` leaves when it dies after its copies, before (or just after) the
+    manifest's switch: commit 1, the copies, and commit 2 only when ``switched``."""
+    settings = in_process_settings(tmp_path / "data")
+    store = await LanceStore.open(storage_config(settings))
+    manifest = DeploymentManifest(await store.keyed("deployment_manifest", MANIFEST_SCHEMA, "key"))
+    old = manifest.layout(await manifest.stored(), wanted_counts(settings))
+    kinds = old.resized({**old.counts, **counts})
+    assignments = {k: old.assignment(k).rebalanced(counts[k]) for k in kinds}
+    await manifest.switch_layout(old, unswept=kinds)
+    for kind in kinds:
+        assert await _copy_moving(store, kind, old, assignments[kind], settings.embedding.dims) > 0
+    if switched:
+        await manifest.switch_layout(Layout({**old.counts, **counts}, {}, assignments), unswept=kinds)
 
 
 async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is_done_again(
@@ -127,20 +180,38 @@ async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is
     core = await started(make_core, tmp_path)
     world = await populate(core)
     await core.close()
-    settings = in_process_settings(tmp_path / "data")
-    store = await LanceStore.open(storage_config(settings))
-    old = Layout(wanted_counts(settings))
-    await _copy_kind(store, "scene_shard", old, 5, 1, settings.embedding.dims)  # the copy ran, then the process died: no switch
-    assert ("scene_shard", 1) in await table_generations(tmp_path / "data")
+    before = await assert_every_row_at_its_owner(tmp_path / "data")
+    await cut_short(tmp_path, {"scene_shard": 5, "beacon_set": 3, "inbox_shard": 4}, switched=False)
+    assert (await stored_layout(tmp_path / "data"))[1] == ["beacon_set", "inbox_shard", "scene_shard"]
 
-    same = await started(make_core, tmp_path)  # the old counts: the old tables are in force, the copy dropped
+    same = await started(make_core, tmp_path)  # the old counts: the old owners are in force, the copies swept
     await check(same, world)
     await same.close()
-    assert ("scene_shard", 1) not in await table_generations(tmp_path / "data")
+    assert await assert_every_row_at_its_owner(tmp_path / "data") == before
+    assert (await stored_layout(tmp_path / "data"))[0].counts["scene_shard"] == 2
 
     resized = await started(make_core, tmp_path, scene_shards=5)
     await check(resized, world)
     await resized.close()
+    assert await assert_every_row_at_its_owner(tmp_path / "data") == before
+
+
+async def test_a_resize_cut_short_after_its_switch_is_finished_by_the_next_start(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    core = await started(make_core, tmp_path)
+    world = await populate(core)
+    await core.close()
+    before = await assert_every_row_at_its_owner(tmp_path / "data")
+    await cut_short(tmp_path, {"scene_shard": 3, "beacon_set": 1, "inbox_shard": 2}, switched=True)
+
+    finished = await started(make_core, tmp_path, scene_shards=3, beacon_sets=1)  # the new owners; sources swept
+    assert finished.partitions.moves == ()
+    await check(finished, world)
+    await finished.close()
+    assert await assert_every_row_at_its_owner(tmp_path / "data") == before
+    layout, _ = await stored_layout(tmp_path / "data")
+    assert layout.counts == {"scene_shard": 3, "beacon_set": 1, "inbox_shard": 2}
 
 
 async def test_a_resize_is_refused_while_the_deployment_runs(tmp_path: Path, make_core: Callable[..., Memesh]) -> None:
