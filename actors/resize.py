@@ -140,9 +140,18 @@ def _routing_keys(kind: str, held: Held) -> dict[int, dict[str, list[str | None]
 
 
 def _owners(kind: str, held: Held, assignment: Assignment) -> dict[int, dict[str, list[int | None]]]:
-    """For each index and table, the index of the actor that owns each row under ``assignment``."""
+    """For each index and table, the index of the actor that owns each row under ``assignment`` (each distinct
+    key hashed once: many rows share a project or an agent)."""
+    owner_of: dict[str | None, int | None] = {None: None}
+
+    def owner(key: str | None) -> int | None:
+        found = owner_of.get(key, -1)
+        if found == -1:
+            found = owner_of[key] = assignment.owner(key)  # type: ignore[arg-type]  # None is in the memo
+        return found
+
     return {
-        index: {suffix: [None if key is None else assignment.owner(key) for key in keys] for suffix, keys in tables.items()}
+        index: {suffix: [owner(key) for key in keys] for suffix, keys in tables.items()}
         for index, tables in _routing_keys(kind, held).items()
     }
 
@@ -166,9 +175,18 @@ async def _read(store: LanceStore, kind: str, generation: int, indices: list[int
     return held
 
 
-async def _copy_moving(store: LanceStore, kind: str, old: Layout, new: Assignment, dims: int) -> int:
-    """Append every row whose owner changes to its new owner's tables; rows copied. Its old owner keeps it
-    until the sweep after the switch, so the row is never absent from the actor the manifest names."""
+@dataclass(slots=True)
+class Copied:
+    """What a move copied: rows, and the old owners' rows with each one's new owner (what the sweep removes)."""
+
+    rows: int
+    held: Held
+    owners: dict[int, dict[str, list[int | None]]]
+
+
+async def _copy_moving(store: LanceStore, kind: str, old: Layout, new: Assignment, dims: int) -> Copied:
+    """Append every row whose owner changes to its new owner's tables. Its old owner keeps it until the
+    sweep after the switch, so the row is never absent from the actor the manifest names."""
     generation = old.generation(kind)
     held = await _read(store, kind, generation, list(range(old.counts[kind])), dims)
     owners = _owners(kind, held, new)
@@ -188,16 +206,21 @@ async def _copy_moving(store: LanceStore, kind: str, old: Layout, new: Assignmen
             batch = pa.concat_tables(parts)
             await target.append(batch)
             moved += batch.num_rows
-    return moved
+    return Copied(moved, held, owners)
 
 
-async def _sweep(store: LanceStore, kind: str, layout: Layout, dims: int) -> None:
+async def _sweep(store: LanceStore, kind: str, layout: Layout, dims: int, copied: Copied | None = None) -> None:
     """Leave at each actor's tables only the rows of partitions it owns under ``layout``, and drop the tables
-    of indices beyond the count."""
+    of indices beyond the count. ``copied``: the move just made under ``layout`` (its rows need no second
+    read: the old owners' strays are the rows it copied, and the new owners hold only what it gave them)."""
     generation, count = layout.generation(kind), layout.counts[kind]
     indices = await _indices(store, kind, generation)
-    held = await _read(store, kind, generation, indices, dims)
-    owners = _owners(kind, held, layout.assignment(kind))
+    if copied is None:
+        held = await _read(store, kind, generation, indices, dims)
+        owners = _owners(kind, held, layout.assignment(kind))
+    else:
+        held, owners = copied.held, copied.owners
+        indices = sorted(set(indices) - (set(range(count)) - set(held)))  # the new owners' tables: nothing to sweep
     for index in indices:
         for table in TABLES[kind]:
             name = f"{table_prefix(kind, index, generation)}_{table.suffix}"
@@ -272,16 +295,16 @@ async def settle_layout(storage: StorageConfig, wanted: dict[str, int], dims: in
     assignments = {**layout.assignments, **{k: layout.assignment(k).rebalanced(wanted[k]) for k in kinds}}
     resized = Layout({**layout.counts, **{k: wanted[k] for k in kinds}}, dict(layout.generations), assignments)
     await manifest.switch_layout(layout, unswept=kinds)  # commit 1: a move under way (its copies are strays)
-    moves = []
+    moves, copies = [], []
     for kind in kinds:
         started = time.perf_counter()
-        rows = await _copy_moving(store, kind, layout, assignments[kind], dims)
+        copies.append(await _copy_moving(store, kind, layout, assignments[kind], dims))
         partitions = layout.assignment(kind).moved_to(assignments[kind])
-        moves.append(Move(kind, layout.counts[kind], wanted[kind], rows, time.perf_counter() - started, partitions))
+        moves.append(Move(kind, layout.counts[kind], wanted[kind], copies[-1].rows, time.perf_counter() - started, partitions))
     await manifest.switch_layout(resized, unswept=kinds)  # commit 2: the new owners are in force
     for i, kind in enumerate(kinds):
         started = time.perf_counter()
-        await _sweep(store, kind, resized, dims)  # the old owners let go of what moved
+        await _sweep(store, kind, resized, dims, copies[i])  # the old owners let go of what moved
         moves[i] = replace(moves[i], seconds=moves[i].seconds + time.perf_counter() - started)
     await manifest.switch_layout(resized)  # commit 3: nothing left to sweep
     await _drop_other_generations(store, resized)

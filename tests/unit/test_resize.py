@@ -169,7 +169,7 @@ async def cut_short(tmp_path: Path, counts: dict[str, int], switched: bool) -> N
     assignments = {k: old.assignment(k).rebalanced(counts[k]) for k in kinds}
     await manifest.switch_layout(old, unswept=kinds)
     for kind in kinds:
-        assert await _copy_moving(store, kind, old, assignments[kind], settings.embedding.dims) > 0
+        assert (await _copy_moving(store, kind, old, assignments[kind], settings.embedding.dims)).rows > 0
     if switched:
         await manifest.switch_layout(Layout({**old.counts, **counts}, {}, assignments), unswept=kinds)
 
