@@ -12,6 +12,10 @@ Guarantees:
   altered on disk is found.
 - The erase journal (:mod:`actors.erase_journal`) lives beside the chain, so
   an erase's ``Erased`` row and its journal entry have one writer.
+- The maintenance slot (``begin_exclusive``): at most one reembed or online
+  resize runs in the deployment, whichever head starts it, and no erase is
+  journaled while a resize holds it (leases, so a head that dies mid-job
+  frees it).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import hashlib
 import json
 import os
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
@@ -34,6 +39,7 @@ from actors.schemas import AUDIT_SCHEMA
 from actors.storage import LanceStore, RowTable, StorageConfig
 from mesh.audit import AuditKind, AuditRow, chain, verify
 from mesh.erasure import JournalEntry
+from mesh.errors import Conflict, Unavailable
 from mesh.times import rfc3339
 
 _CHAIN_FIELDS = [f.name for f in fields(AuditRow)]
@@ -59,6 +65,7 @@ class AuditLog:
         self._lock = asyncio.Lock()
         self._ready = LoadOnce(self._load)
         self.journal = EraseJournal()
+        self._slot: tuple[str, str, float] | None = None  # (what, holder, lease end): the maintenance slot
 
     async def _load(self) -> None:
         store = await LanceStore.open(self.config.storage)
@@ -138,9 +145,33 @@ class AuditLog:
 
     # ------------------------------------------------------------ erase journal
     async def journal_open(self, entry: JournalEntry) -> None:
-        """Record an erase's intent (scope and plan) durably; idempotent by erase id."""
+        """Record an erase's intent (scope and plan) durably; idempotent by erase id. Unavailable (retry)
+        while an online resize holds the maintenance slot: an erase's plan names shards by index."""
         await self._ready()
+        if self._held_by("resize") and entry.erase_id not in self.journal.ids():
+            raise Unavailable("partitions are moving between actors; retry the erase shortly")
         await self.journal.open(entry)
+
+    def _held_by(self, what: str) -> bool:
+        slot = self._slot
+        return slot is not None and slot[0] == what and slot[2] > time.monotonic()
+
+    async def begin_exclusive(self, what: str, holder: str, lease_s: float) -> None:
+        """Take the deployment's one slot for long maintenance (``reembed``, ``resize``) for ``lease_s``
+        seconds; the holder renews it by calling again. Conflict while another holder's lease runs, and
+        for a resize also while an erase is not carried out (its plan names shards by index)."""
+        await self._ready()
+        slot = self._slot
+        if slot is not None and slot[1] != holder and slot[2] > time.monotonic():
+            raise Conflict(f"a {slot[0]} is running; try again when it ends")
+        if what == "resize" and any(e.state != "done" for e in self.journal.unfinished()):
+            raise Conflict("an erase is under way; resize when it is done")
+        self._slot = (what, holder, time.monotonic() + lease_s)
+
+    async def end_exclusive(self, holder: str) -> None:
+        """Give the slot back (nothing when another holder has it)."""
+        if self._slot is not None and self._slot[1] == holder:
+            self._slot = None
 
     async def journal_finish(self, erase_id: str, certificate: dict[str, Any], row: dict[str, Any]) -> None:
         """Write the erase's ``Erased`` row (exactly once: ``op_id`` is the erase id), then mark the

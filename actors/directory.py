@@ -17,7 +17,9 @@ import pickle
 from typing import Any
 
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory
-from mesh.seam import DirectorySpec, every_actor
+from actors.partition_gate import PartitionGate
+from mesh.layout import KINDS
+from mesh.seam import DirectorySpec, every_actor, partitioned_actors
 
 
 def _copied(value: Any) -> Any:
@@ -27,8 +29,8 @@ def _copied(value: Any) -> Any:
 class LocalActor(ActorProxy):
     """An actor object called in this process, with copied arguments and result."""
 
-    def __init__(self, target: object, kind: ActorKind[Any], name: str) -> None:
-        super().__init__(kind, name)
+    def __init__(self, target: object, kind: ActorKind[Any], name: str, gate: PartitionGate | None = None) -> None:
+        super().__init__(kind, name, gate)
         self.target = target
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -41,7 +43,12 @@ class InProcessDirectory(TypedDirectory):
 
     def __init__(self, spec: DirectorySpec, actors: dict[str, object]) -> None:
         self.spec = spec
-        self.instances = dict(actors)
+        self.gate = PartitionGate()
+        self.instances: dict[str, object] = {}
+        self._add(actors)
+
+    def _add(self, actors: dict[str, object]) -> None:
+        self.instances.update(actors)
         for actor in actors.values():
             attach = getattr(actor, "attach", None)
             if attach is not None:
@@ -49,7 +56,30 @@ class InProcessDirectory(TypedDirectory):
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> LocalActor:
         name = kind.actor_name(index)
-        return LocalActor(self.instances[name], kind, name)
+        return LocalActor(self.instances[name], kind, name, self.gate)
+
+    async def retire_partitions(self) -> None:
+        """Drain and drop every scene shard, beacon set and inbox shard (their tables may then move)."""
+        with self.gate.passing():
+            for actor in partitioned_actors(self):
+                await actor.close()
+        for name in [n for n in self.instances if n.split(":")[0] in KINDS]:
+            del self.instances[name]
+
+    async def prepare_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Nothing to boot in process: ``adopt_partitions`` makes the objects."""
+
+    def discard_prepared(self) -> None:
+        """Nothing was prepared."""
+
+    async def adopt_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Route by ``spec`` and start the partitioned actors of ``plan`` (the others run on)."""
+        self.spec = spec
+        self._add({name: cls(*args) for name, (cls, args) in plan.items() if name.split(":")[0] in KINDS})
+
+    def follow(self, spec: DirectorySpec) -> None:
+        """Route by ``spec`` (another head replaced the actors)."""
+        self.spec = spec
 
     async def close(self, last: bool = True) -> None:
         """Drain every actor's pending work (its tables may then be opened by another owner)."""

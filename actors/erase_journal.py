@@ -95,6 +95,9 @@ class EraseJournal:
         if entry is not None and not entry.answered:
             await self._put(replace(entry, answered=True))
 
+    def ids(self) -> set[str]:
+        return set(self._entries)
+
     def unfinished(self) -> list[JournalEntry]:
         return sorted((e for e in self._entries.values() if e.state != "done" or not e.answered), key=lambda e: e.erase_id)
 

@@ -19,8 +19,10 @@ from actors.embedder import EmbedderWorker
 from actors.head_roster import HeadRoster
 from actors.inbox_shard import InboxShard
 from actors.observatory import Observatory
+from actors.partition_gate import PartitionGate
 from actors.registry import Registry
 from actors.scene_shard import SceneShard
+from mesh.layout import KINDS
 from mesh.seam import (
     AuditLogActor,
     BeaconSetActor,
@@ -95,9 +97,10 @@ class ActorProxy:
     kind's Protocol first; callers are typed by that Protocol.
     """
 
-    def __init__(self, kind: ActorKind[Any], name: str) -> None:
+    def __init__(self, kind: ActorKind[Any], name: str, gate: PartitionGate | None = None) -> None:
         self.kind = kind
         self.name = name
+        self.gate = gate if kind.name in KINDS else None  # only the actors whose partitions move are held
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -105,15 +108,22 @@ class ActorProxy:
     def __getattr__(self, method: str) -> Callable[..., Awaitable[Any]]:
         if method not in self.kind.methods:
             raise AttributeError(f"{self.name} answers no {method!r}")
+        gate = self.gate
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await self.invoke(method, args, kwargs)
+            if gate is None:
+                return await self.invoke(method, args, kwargs)
+            async with gate.call(method):
+                return await self.invoke(method, args, kwargs)
 
         return call
 
 
 class TypedDirectory:
-    """The typed accessors of :class:`mesh.seam.Directory` over one lookup, ``proxy(kind, index)``."""
+    """The typed accessors of :class:`mesh.seam.Directory` over one lookup, ``proxy(kind, index)``, and the
+    gate its calls to partitioned actors pass (held while an online resize moves their partitions)."""
+
+    gate: PartitionGate
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> ActorProxy:
         raise NotImplementedError

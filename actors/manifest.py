@@ -19,8 +19,8 @@ from mesh.errors import ConfigInvalid
 from mesh.layout import COUNT_KEYS, KINDS, Layout
 from mesh.sharding import Assignment
 
-# {"counts": {kind: n}, "generations": {kind: g}, "assignments": {kind: {count, owners}}, "unswept": [kind]},
-# written by a resize (actors.resize)
+# {"counts": {kind: n}, "generations": {kind: g}, "assignments": {kind: {count, owners}}, "epoch": e,
+#  "unswept": [kind]}, written by a resize (actors.resize)
 LAYOUT_KEY = "layout"
 
 
@@ -43,7 +43,7 @@ class DeploymentManifest:
         counts = {kind: int(stored.get(COUNT_KEYS[kind], wanted[kind])) for kind in KINDS}
         row = stored.get(LAYOUT_KEY, {})
         assignments = {kind: Assignment.from_json(value) for kind, value in row.get("assignments", {}).items()}
-        return Layout(counts, dict(row.get("generations", {})), assignments)
+        return Layout(counts, dict(row.get("generations", {})), assignments, int(row.get("epoch", 0)))
 
     @staticmethod
     def unswept(stored: dict[str, Any]) -> list[str]:
@@ -53,7 +53,7 @@ class DeploymentManifest:
     async def switch_layout(self, layout: Layout, unswept: list[str] | None = None) -> None:
         """Put ``layout`` in force, with the kinds still to sweep: one row, so one commit (a resize's steps)."""
         assignments = {kind: a.to_json() for kind, a in sorted(layout.assignments.items())}
-        value = {"counts": layout.counts, "generations": layout.generations, "assignments": assignments}
+        value = {"counts": layout.counts, "generations": layout.generations, "assignments": assignments, "epoch": layout.epoch}
         await self._put({LAYOUT_KEY: {**value, "unswept": sorted(unswept or [])}})
 
     async def _put(self, values: dict[str, Any]) -> None:

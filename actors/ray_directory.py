@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,10 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory
+from actors.partition_gate import PartitionGate
 from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
-from mesh.seam import DirectorySpec, every_actor
+from mesh.layout import KINDS
+from mesh.seam import DirectorySpec, every_actor, partitioned_actors
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -37,8 +40,8 @@ _ACTOR_OPTIONS: dict[str, Any] = {
 class RayActor(ActorProxy):
     """A named Ray actor; Ray failures become the memesh error vocabulary."""
 
-    def __init__(self, handle: Any, kind: ActorKind[Any], name: str) -> None:
-        super().__init__(kind, name)
+    def __init__(self, handle: Any, kind: ActorKind[Any], name: str, gate: PartitionGate | None = None) -> None:
+        super().__init__(kind, name, gate)
         self.handle = handle
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -85,23 +88,84 @@ class RayDirectory(TypedDirectory):
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
+        self.gate = PartitionGate()
         self._handles: dict[str, Any] = {}
+        self._prepared: dict[str, Any] = {}  # name -> actor started ahead of a move (``prepare_partitions``)
         self._extra: dict[str, Any] = {"lifetime": "detached"} if detached else {}
         if spread:
             self._extra["scheduling_strategy"] = "SPREAD"
         self.create(plan or {})
 
-    def create(self, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
-        """Create the actors of ``plan``, or attach to those already running under their names. A name this
-        directory already holds is skipped: replacing the creating handle would drop the last reference Ray
-        counts for a non-detached actor, and Ray would destroy it."""
-        for name, (cls, args) in plan.items():
+    def _named(self, name: str, epoch: int | None = None) -> str:
+        """The Ray name of a plan's actor: a partitioned actor of epoch e > 0 (an online resize) is
+        ``<kind>:<n>@<e>``, so its predecessor's name is never reused while that one may still be dying."""
+        epoch = self.spec.epoch if epoch is None else epoch
+        return f"{name}@{epoch}" if epoch and name.split(":")[0] in KINDS else name
+
+    def create(self, plan: dict[str, tuple[type, tuple[Any, ...]]], detached: bool = False, epoch: int | None = None) -> None:
+        """Create the actors of ``plan`` (named for ``epoch``, by default the spec's), or attach to those already
+        running under their names. A name this directory already holds is skipped: replacing the creating
+        handle would drop the last reference Ray counts for a non-detached actor, and Ray would destroy it."""
+        extra = {**self._extra, "lifetime": "detached"} if detached else self._extra
+        for planned, (cls, args) in plan.items():
+            name = self._named(planned, epoch)
             if name in self._handles:
                 continue
             options: Any = ray.remote(cls).options(
-                name=name, namespace=self.spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **self._extra
+                name=name, namespace=self.spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **extra
             )
             self._handles[name] = options.remote(*args)
+
+    async def retire_partitions(self) -> None:
+        """Drain (bounded) and kill every scene shard, beacon set and inbox shard of the current epoch."""
+        actors = [a for a in partitioned_actors(self) if isinstance(a, RayActor)]
+        with self.gate.passing(), contextlib.suppress(Exception):  # a dead actor has nothing left to drain
+            await asyncio.wait_for(asyncio.gather(*(a.close() for a in actors), return_exceptions=True), 30)
+        for actor in actors:
+            with contextlib.suppress(Exception):  # already gone is what we want
+                ray.kill(actor.handle, no_restart=True)
+            self._handles.pop(actor.name, None)
+
+    async def prepare_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Start the partitioned actors of ``spec``'s epoch ahead of a move and wait (bounded) until their
+        processes have booted, while the old ones serve; they open no table before their first call.
+        Routing is unchanged."""
+        partitioned = {name: entry for name, entry in plan.items() if name.split(":")[0] in KINDS}
+        self.create(partitioned, detached=True, epoch=spec.epoch)
+        self._prepared = {n: self._handles[n] for n in (self._named(name, spec.epoch) for name in partitioned)}
+        with contextlib.suppress(Exception):  # one that does not boot in time is waited for at its first call
+            booted = [handle.__ray_ready__.remote() for handle in self._prepared.values()]
+            await asyncio.wait_for(asyncio.gather(*booted), 120)
+
+    def discard_prepared(self) -> None:
+        """Kill the actors ``prepare_partitions`` started (the move they were for did not happen)."""
+        for handle in self._prepared.values():
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
+        self._prepared = {}
+
+    async def adopt_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Route by ``spec`` and create the partitioned actors of ``plan``. They are detached: the head that
+        made them may be any head, and must not take them along when it stops (the last head stops them).
+        A name still held by a killed actor (a failed resize keeps its epoch) is waited out first (bounded)."""
+        self.follow(spec)
+        partitioned = {name: entry for name, entry in plan.items() if name.split(":")[0] in KINDS}
+        deadline = time.monotonic() + 30
+        for name in map(self._named, partitioned):
+            while name not in self._prepared and time.monotonic() < deadline:
+                try:
+                    ray.get_actor(name, namespace=self.spec.namespace)
+                except ValueError:
+                    break
+                await asyncio.sleep(0.1)
+        self.create(partitioned, detached=True)  # prepared ones are attached to by name
+        self._prepared = {}
+
+    def follow(self, spec: DirectorySpec) -> None:
+        """Route by ``spec``, and let go of the handles of partitioned actors it no longer names."""
+        self.spec = spec
+        for name in [n for n in self._handles if n.split(":")[0] in KINDS]:
+            del self._handles[name]
 
     def call_now(self, kind: ActorKind[Any], method: str, *args: Any, timeout_s: float = 600.0) -> Any:
         """Call an actor from synchronous code (a head's start, before its event loop runs): its answer,
@@ -111,14 +175,14 @@ class RayDirectory(TypedDirectory):
             return ray.get(getattr(actor.handle, method).remote(*args), timeout=timeout_s)
 
     def proxy(self, kind: ActorKind[Any], index: int | None = None) -> RayActor:
-        name = kind.actor_name(index)
+        name = self._named(kind.actor_name(index))
         handle = self._handles.get(name)
         if handle is None:
             try:
                 handle = self._handles[name] = ray.get_actor(name, namespace=self.spec.namespace)
             except ValueError as exc:
                 raise Unavailable(f"{name} is not running") from exc
-        return RayActor(handle, kind, name)
+        return RayActor(handle, kind, name, self.gate)
 
     async def close(self, last: bool = True) -> None:
         """The last head drains and stops every actor; another head only lets go of its handles."""

@@ -35,7 +35,7 @@ from actors.schemas import AGENT_SCHEMA, DESCRIPTOR_SCHEMA, MANIFEST_SCHEMA, SES
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from mesh.errors import Conflict, NotFound, QuotaExceeded
 from mesh.identity import SYSTEM_TENANT, Agent, AgentStatus, Principal, Role, format_key, hash_key, transition
-from mesh.layout import Settled
+from mesh.layout import Layout, Settled
 from mesh.model import Session
 
 
@@ -116,11 +116,18 @@ class Registry:
         for committer in (self._agent_commit, self._session_commit, self._subject_commit):
             await committer.flush()
 
-    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool) -> Settled:
+    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool, online: bool = False) -> Settled:
         """The partition layout the other actors start with, resized to ``wanted`` first when it differs
         (``actors.resize``). Asked before anything else of a new registry, so the resize, which switches
-        the manifest, happens before this actor loads it: the manifest keeps one writer."""
-        return await settle_layout(self.config.storage, wanted, dims, running)
+        the manifest, happens before this actor loads it: the manifest keeps one writer. ``online``: the
+        partitioned actors were stopped by an online resize (this registry writes no layout row itself)."""
+        return await settle_layout(self.config.storage, wanted, dims, running, online)
+
+    async def layout_in_force(self, wanted: dict[str, int]) -> Layout:
+        """The layout the manifest holds (``wanted``: the counts of a kind never recorded)."""
+        await self._ready()
+        assert self._manifest is not None
+        return self._manifest.layout(await self._manifest.stored(), wanted)
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None:
         """Record the deployment's shape on first start; refuse a different one later (``DeploymentManifest.claim``)."""

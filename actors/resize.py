@@ -261,12 +261,16 @@ async def _erases_unfinished(store: LanceStore, existing: set[str]) -> bool:
     return any(state != "done" for state in journal.column("state").to_pylist())
 
 
-async def settle_layout(storage: StorageConfig, wanted: dict[str, int], dims: int, running: bool) -> Settled:
+async def settle_layout(
+    storage: StorageConfig, wanted: dict[str, int], dims: int, running: bool, online: bool = False
+) -> Settled:
     """The layout the actors start with: the stored one, resized to ``wanted`` counts when they differ.
 
-    ``wanted``: kind -> count; ``running``: the deployment's actors already run (this is a later head).
-    Raises ConfigInvalid when a resize is asked of a running deployment, with an unfinished erase, or
-    together with a change of vector width."""
+    ``wanted``: kind -> count; ``running``: the deployment's actors already run (this is a later head);
+    ``online``: an online resize (``head.partition_resizer``) stopped the partitioned actors, and the
+    layout gets the next epoch, so the new actors have names of their own. Raises ConfigInvalid when a
+    resize is asked of a running deployment, with an unfinished erase, or together with a change of
+    vector width."""
     store = await LanceStore.open(storage)
     manifest = DeploymentManifest(await store.keyed("deployment_manifest", MANIFEST_SCHEMA, "key"))
     stored = await manifest.stored()
@@ -292,8 +296,8 @@ async def settle_layout(storage: StorageConfig, wanted: dict[str, int], dims: in
         raise ConfigInvalid(f"{changes}: the data has {stored['dims']} dims, not {dims}; resize with the old engine")
     if await _erases_unfinished(store, set(await store.table_names())):
         raise ConfigInvalid(f"{changes}: an erase is unfinished; start once with the old counts so it completes, then resize")
-    assignments = {**layout.assignments, **{k: layout.assignment(k).rebalanced(wanted[k]) for k in kinds}}
-    resized = Layout({**layout.counts, **{k: wanted[k] for k in kinds}}, dict(layout.generations), assignments)
+    resized = layout.resized_to(wanted, online)
+    assignments = resized.assignments
     await manifest.switch_layout(layout, unswept=kinds)  # commit 1: a move under way (its copies are strays)
     moves, copies = [], []
     for kind in kinds:

@@ -25,6 +25,7 @@ from api.errors import error_response, install_error_handlers
 from api.mcp.door import McpDoor, McpRoute
 from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
+from api.partition_hold import PartitionHold
 from api.request_metrics import RequestMetrics
 from head.facade import Memesh
 from mesh.errors import ErrorCode, MemeshError
@@ -76,5 +77,6 @@ def create_app(
         memesh, max_body_bytes, request_timeout_s
     )  # MCP over Streamable HTTP at /mcp (cluster.serve closes it)
     app.add_middleware(McpRoute, door=app.state.mcp)
+    app.add_middleware(PartitionHold, gate=memesh.directory.gate)  # requests wait here while partitions move
     app.add_middleware(RequestMetrics, log=memesh.requests)  # outermost: gate refusals count too
     return app

@@ -112,8 +112,26 @@ def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> An
 
 
 def _data(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
-    """nodes delete, erase, reembed start|job. The confirm label is the operator's to type, never derived."""
+    """partitions resize, nodes delete, erase, reembed start|job. The confirm label is the operator's to type."""
     call = {"metadata": metadata, "timeout": args.timeout}
+    if args.group == "partitions":
+        asked = pb.ResizePartitionsRequest(
+            scene_shards=args.scene_shards or 0, beacon_sets=args.beacon_sets or 0, inbox_shards=args.inbox_shards or 0
+        )
+        done = stub.ResizePartitions(asked, **call)
+        moves = [
+            {
+                "kind": m.kind,
+                "from": m.count_from,
+                "to": m.count_to,
+                "partitions": m.partitions,
+                "rows": m.rows,
+                "seconds": m.seconds,
+            }
+            for m in done.moves
+        ]
+        counts = {"scene_shards": done.scene_shards, "beacon_sets": done.beacon_sets, "inbox_shards": done.inbox_shards}
+        return {**counts, "epoch": done.epoch, "moves": moves}
     if args.group == "nodes":
         stub.DeleteNode(pb.DeleteNodeRequest(node_id=args.node_id, reason=args.reason or ""), **call)
         return {"node_id": args.node_id, "ok": True}
@@ -225,6 +243,12 @@ def parser() -> argparse.ArgumentParser:
     reembed_verbs = reembed.add_subparsers(dest="verb", required=True)
     reembed_verbs.add_parser("start", help="start the one service-wide job")
     reembed_verbs.add_parser("job", help="a job's state").add_argument("job_id")
+    partitions = groups.add_parser("partitions", help="the actors the virtual partitions are spread over")
+    resize = partitions.add_subparsers(dest="verb", required=True).add_parser(
+        "resize", help="move partitions while the deployment serves (set the same counts in the configuration after)"
+    )
+    for flag in ("--scene-shards", "--beacon-sets", "--inbox-shards"):
+        resize.add_argument(flag, type=int, help="the count wanted (default: unchanged)")
     admin.set_defaults(func=_admin)
     return root
 

@@ -10,7 +10,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -101,7 +100,7 @@ def actor_plan(
         owner_addressed=prop.owner_addressed,
     )
     plan: dict[str, tuple[type, tuple[Any, ...]]] = {}
-    for i in range(settings.ray.scene_shards):
+    for i in range(layout.counts["scene_shard"]):
         config = ShardConfig(
             storage=storage,
             index=i,
@@ -113,7 +112,7 @@ def actor_plan(
             generation=layout.generation("scene_shard"),
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
-    for i in range(settings.ray.beacon_sets):
+    for i in range(layout.counts["beacon_set"]):
         beacon_config = BeaconSetConfig(
             storage, i, dims, retention.sweep_interval_s, prop.prior(), generation=layout.generation("beacon_set")
         )
@@ -124,7 +123,7 @@ def actor_plan(
         sweep_interval_s=retention.sweep_interval_s,
         budget=prop.budget(),
     )
-    for i in range(settings.ray.inbox_shards):
+    for i in range(layout.counts["inbox_shard"]):
         inbox_config = InboxShardConfig(storage, i, inbox_retention, layout.generation("inbox_shard"))
         plan[f"inbox_shard:{i}"] = (InboxShard, (inbox_config,))
     plan.update(registry_plan(settings))
@@ -151,7 +150,7 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
         with ThreadPoolExecutor(1) as pool:  # its own event loop, whatever the caller runs
             settled = pool.submit(settle_layout_blocking, storage_config(settings), wanted, dims, False).result()
         plan = actor_plan(settings, dims, None, settled.layout)
-        spec = replace(spec, routes=settled.layout.routes())
+        spec = spec.following(settled.layout)
         return InProcessDirectory(spec, {name: cls(*args) for name, (cls, args) in plan.items()}), settled
     from actors.ray_directory import RayDirectory, RayLookup, connect, deployment_running
 
@@ -161,7 +160,7 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
     directory = RayDirectory(spec, registry_plan(settings), ray_settings.detached, ray_settings.placement == "spread")
     # The registry (the manifest's one writer) settles the layout, resizing first if the counts changed.
     settled = directory.call_now(REGISTRY, "settle_layout", wanted, dims, running)
-    directory.spec = spec = replace(spec, routes=settled.layout.routes())  # route by the assignment in force
+    directory.spec = spec = spec.following(settled.layout)  # route by the assignment in force
     # ``ray.detached``: heads joined to a Ray cluster come and go, the actors outlive the head that made
     # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
     # ``ray.placement``: "spread" puts the actors on as many nodes as the cluster has (a lost node then
@@ -234,7 +233,20 @@ def build_memesh(settings: Settings) -> Memesh:
         heads_poll_s=settings.heads.poll_s,
     )
     memesh.partitions = settled
+    memesh.resizer.plan_for = partial(plan_for, settings, local.dims)
     return memesh
+
+
+def plan_for(settings: Settings, dims: int, layout: Layout, spec: DirectorySpec) -> dict[str, tuple[type, tuple[Any, ...]]]:
+    """The actors of ``layout`` (an online resize starts its partitioned ones: ``head.partition_resizer``)."""
+    lookup = None if settings.ray.in_process else ray_lookup(spec)
+    return actor_plan(settings, dims, lookup, layout)
+
+
+def ray_lookup(spec: DirectorySpec) -> Callable[[], Directory]:
+    from actors.ray_directory import RayLookup
+
+    return RayLookup(spec)
 
 
 async def start_core(memesh: Memesh, settings: Settings) -> Path | None:

@@ -179,7 +179,7 @@ class DataService:
         await self._authorize_tenant(actor, target.tenant_id, scope.label, "erase")
         resolved = EraseScope(scope.kind, scope.id, target.tenant_id)
         if dry_run:
-            async with self._gate.shared():
+            async with self._dir.gate.operation(), self._gate.shared():
                 _, counts = await self._plan(target, quiesce=False)
             return ErasureCertificate(counts, None)
         if self._signer is None:
@@ -193,7 +193,8 @@ class DataService:
 
         async def run() -> JournalEntry:
             try:
-                entry = await work
+                async with self._dir.gate.operation():  # the plan names shards by index: one layout throughout
+                    entry = await work
             finally:
                 self._running.pop(key, None)
             self._unclaimed[key] = entry  # until a caller receives it

@@ -34,6 +34,7 @@ from head.identity_service import IdentityService
 from head.inbox_service import InboxLimits, InboxService
 from head.memory_service import MemoryLimits, MemoryService
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
+from head.partition_resizer import PartitionResizer
 from head.reembed import ReembedRunner
 from head.request_log import RequestLog
 from head.roster_link import RosterLink
@@ -94,7 +95,9 @@ class Memesh:
         )
         self.cells = CellService(directory, embedder.gate, limits.max_list)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
-        self.heads = RosterLink(directory.head_roster, self.identity.changed_elsewhere, heads_lease_s, heads_poll_s, monotonic)
+        self.heads = RosterLink(directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic)
+        self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)
+        self.resizer.followers.append(self._partitions_moved)
         self.identity.fence = self.heads
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)
@@ -111,6 +114,16 @@ class Memesh:
         self._pids: list[int] = []
         self.restarts: collections.Counter[str] = collections.Counter()  # actor restarts this head saw, by kind
         self.requests = RequestLog()
+
+    async def _roster_changed(self, changes: list[str]) -> None:
+        """Another head's change: partitions on the move (``head.partition_resizer``), or credentials."""
+        agents = await self.resizer.on_roster(changes)
+        if agents:
+            self.identity.changed_elsewhere(agents)
+
+    def _partitions_moved(self, settled: Settled) -> None:
+        self.partitions = settled
+        self.memory.forget_scene_homes()
 
     async def _record_corpus_engine(self, engine: str) -> None:
         await self.directory.registry().set_corpus_engine(engine)

@@ -416,5 +416,9 @@ class MemoryService:
             return shard, scene
         raise NotFound("scene not found")
 
+    def forget_scene_homes(self) -> None:
+        """Drop the scene -> shard hints (the partitions moved)."""
+        self._scene_home.clear()
+
     def _shard_of(self, tenant_id: str, project_id: str) -> int:
         return self._dir.spec.owner("scene_shard", partition_key(tenant_id, project_id))

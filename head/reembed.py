@@ -1,9 +1,9 @@
 """Reembed: recompute every stored vector with the configured engine, then switch at once.
 
 Guarantees:
-- At most one job runs per deployment (one head serves a deployment: a second
-  head in the same namespace is refused); a second start while one is
-  ``running`` is a Conflict (409).
+- At most one job runs per deployment, whichever head starts it, and never
+  during an online resize (the AuditLog's maintenance slot); a second start
+  while one is ``running`` is a Conflict (409).
 - The engine is the one the ``embedding`` settings name; the request has no body.
 - While it runs, recall, query and writes keep answering with the current
   engine and vectors: new vectors are *staged* beside the live ones. At the
@@ -18,6 +18,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -35,6 +36,7 @@ from mesh.seam import Directory, Reembedding, beacon_sets, scene_shards
 log = logging.getLogger(__name__)
 PAGE = 256
 KEEP_JOBS = 100
+SLOT_LEASE_S = 120.0  # the maintenance slot, renewed with every page
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class ReembedRunner:
                 raise Conflict("a reembed is already running")
             engine = self._target()
             job = ReembedJob(self._ids.new(), "running", 0, 0, engine.name, self._clock())
+            # One reembed or online resize in the deployment at a time, whichever head starts it (409 otherwise).
+            await self._dir.audit_log().begin_exclusive("reembed", job.job_id, SLOT_LEASE_S)
             # The row first: a job whose start could not be audited never runs.
             await record(self._dir, actor, AuditKind.REEMBED_STARTED, job.job_id, "ok", {"engine": engine.name})
             self._jobs[job.job_id] = job
@@ -108,6 +112,14 @@ class ReembedRunner:
         self._jobs[job_id] = replace(self._jobs[job_id], **changes)  # type: ignore[arg-type]
 
     async def _run(self, job_id: str, engine: EmbeddingEngine, actor: Principal) -> None:
+        try:
+            async with self._dir.gate.operation():  # every page of the job sees one partition layout
+                await self._run_job(job_id, engine, actor)
+        finally:
+            with contextlib.suppress(MemeshError):
+                await self._dir.audit_log().end_exclusive(job_id)
+
+    async def _run_job(self, job_id: str, engine: EmbeddingEngine, actor: Principal) -> None:
         same = engine.name == self._embedder.name
         embedder = self._embedder if same else Embedder(engine)
         owners = self._owners()
@@ -142,6 +154,7 @@ class ReembedRunner:
                 return
             vectors = await embedder.embed_background([text for _, text in page])  # live queries go first
             await owner.stage([(node_id, vectors[i]) for i, (node_id, _) in enumerate(page)])
+            await self._dir.audit_log().begin_exclusive("reembed", job_id, SLOT_LEASE_S)  # renew the slot
             job = self._jobs[job_id]
             self._update(
                 job_id,

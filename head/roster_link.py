@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import time
 import uuid
@@ -34,7 +35,7 @@ class RosterLink:
     def __init__(
         self,
         roster: Callable[[], HeadRosterActor],
-        on_change: Callable[[list[str]], None],
+        on_change: Callable[[list[str]], object],
         lease_s: float = 3.0,
         poll_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -79,7 +80,9 @@ class RosterLink:
                 await asyncio.sleep(min(0.2, self._poll_s))
                 continue
             if changes:
-                self._on_change(changes)
+                applied = self._on_change(changes)
+                if inspect.isawaitable(applied):  # acknowledged (the next poll) only once applied
+                    await applied
             self._seen, self.heads = version, max(1, heads)
             self._fresh_until = sent + self._lease_s
             self._polled.set()

@@ -39,6 +39,7 @@ class AuditKind(StrEnum):
     AGENT_REINSTATED = "AgentReinstated"
     AGENT_ROTATED = "AgentRotated"
     SUBJECT_BOUND = "SubjectBound"  # an OIDC subject now logs in to the console as an agent
+    PARTITIONS_RESIZED = "PartitionsResized"  # an online resize moved virtual partitions between actors
 
 
 @dataclass(frozen=True, slots=True)

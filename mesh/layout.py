@@ -53,6 +53,7 @@ class Layout:
     counts: dict[str, int]
     generations: dict[str, int] = field(default_factory=dict)
     assignments: dict[str, Assignment] = field(default_factory=dict)
+    epoch: int = 0  # online resizes so far (names the partitioned actors: ``DirectorySpec.epoch``)
 
     def assignment(self, kind: str) -> Assignment:
         return self.assignments.get(kind) or Assignment(self.counts[kind])
@@ -69,6 +70,15 @@ class Layout:
     def resized(self, wanted: dict[str, int]) -> list[str]:
         """The kinds whose count ``wanted`` changes."""
         return [kind for kind in KINDS if kind in self.counts and wanted[kind] != self.counts[kind]]
+
+    def resized_to(self, wanted: dict[str, int], online: bool) -> Layout:
+        """The layout a resize to ``wanted`` reaches: each changed kind rebalanced (the fewest partitions
+        move), the next epoch when ``online``. Deterministic, so a head can start the actors of the
+        layout before the move that reaches it."""
+        kinds = self.resized(wanted)
+        assignments = {**self.assignments, **{k: self.assignment(k).rebalanced(wanted[k]) for k in kinds}}
+        counts = {**self.counts, **{k: wanted[k] for k in kinds}}
+        return Layout(counts, dict(self.generations), assignments, self.epoch + (1 if online else 0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ that a restart interrupted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -25,7 +26,7 @@ from mesh.erasure import JournalEntry, Selector, ShardErasePlan
 from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
-from mesh.layout import COUNT_KEYS, Settled
+from mesh.layout import COUNT_KEYS, Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
@@ -174,7 +175,9 @@ class InboxShardActor(Actor, Protocol):
 class RegistryActor(Actor, Protocol):
     """Agents, credentials, sessions, OIDC subjects, descriptors and the deployment manifest."""
 
-    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool) -> Settled: ...
+    async def settle_layout(self, wanted: dict[str, int], dims: int, running: bool, online: bool = False) -> Settled: ...
+
+    async def layout_in_force(self, wanted: dict[str, int]) -> Layout: ...
 
     async def claim_deployment(self, wanted: dict[str, str | int]) -> str | None: ...
 
@@ -248,6 +251,10 @@ class AuditLogActor(Actor, Protocol):
 
     async def journal_unfinished(self) -> list[JournalEntry]: ...
 
+    async def begin_exclusive(self, what: str, holder: str, lease_s: float) -> None: ...
+
+    async def end_exclusive(self, holder: str) -> None: ...
+
 
 class ObservatoryActor(Actor, Protocol):
     """The bounded ring buffer of hop events."""
@@ -313,6 +320,19 @@ class DirectorySpec:
     inbox_shards: int
     embedders: int = 0  # the embedder pool (0: each head embeds with its own engine)
     routes: Routes | None = None
+    epoch: int = 0  # online resizes so far: the partitioned actors of epoch e > 0 are named ``<kind>:<n>@<e>``
+
+    def following(self, layout: Layout) -> DirectorySpec:
+        """This deployment's spec with ``layout``'s counts, assignments and epoch."""
+        counts = layout.counts
+        return replace(
+            self,
+            scene_shards=counts["scene_shard"],
+            beacon_sets=counts["beacon_set"],
+            inbox_shards=counts["inbox_shard"],
+            routes=layout.routes(),
+            epoch=layout.epoch,
+        )
 
     def owner(self, kind: str, key: str) -> int:
         """The index of the ``kind`` actor that holds ``key``: the one routing rule of requests."""
@@ -348,6 +368,51 @@ class Directory(Protocol):
         """Drain every actor's pending work; ``last`` false (other heads still serve): only let go."""
         ...
 
+    @property
+    def gate(self) -> Gate:
+        """The gate this head's calls to partitioned actors pass."""
+        ...
+
+    async def retire_partitions(self) -> None:
+        """Drain and stop every scene shard, beacon set and inbox shard (their partitions are about to move)."""
+        ...
+
+    async def prepare_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Start the partitioned actors of ``plan`` ahead of a move (they load nothing before their first call)."""
+        ...
+
+    def discard_prepared(self) -> None:
+        """Stop what ``prepare_partitions`` started (the move did not happen)."""
+        ...
+
+    async def adopt_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
+        """Route by ``spec`` and start the partitioned actors of ``plan`` (the others run on)."""
+        ...
+
+    def follow(self, spec: DirectorySpec) -> None:
+        """Route by ``spec``: another head replaced the partitioned actors."""
+        ...
+
+
+class Gate(Protocol):
+    """A head's calls to the partitioned actors, held while an online resize moves their partitions
+    (``actors.partition_gate``)."""
+
+    @property
+    def held(self) -> bool: ...
+
+    def operation(self) -> AbstractAsyncContextManager[None]:
+        """Many calls that must all see one layout (an erase, a reembed)."""
+        ...
+
+    def passing(self) -> AbstractContextManager[None]:
+        """Calls made in this block pass a held gate."""
+        ...
+
+    async def hold(self, drain_s: float) -> bool: ...
+
+    def release(self) -> None: ...
+
 
 def beacon_set_index(directory: Directory, agent_id: str) -> int:
     """The one mapping from an agent to the BeaconSet holding its beacons and agent node."""
@@ -357,6 +422,11 @@ def beacon_set_index(directory: Directory, agent_id: str) -> int:
 def inbox_index(directory: Directory, agent_id: str) -> int:
     """The one mapping from an agent to the InboxShard holding its inbox."""
     return directory.spec.owner("inbox_shard", agent_id)
+
+
+def partitioned_actors(directory: Directory) -> list[Actor]:
+    """Every scene shard, beacon set and inbox shard: the actors whose partitions a resize moves."""
+    return [*scene_shards(directory), *beacon_sets(directory), *inbox_shards(directory)]
 
 
 def scene_shards(directory: Directory) -> list[SceneShardActor]:

@@ -144,6 +144,34 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
         return await self._run(context, work)
 
+    async def ResizePartitions(  # noqa: N802
+        self, request: admin_pb2.ResizePartitionsRequest, context: Any
+    ) -> admin_pb2.ResizePartitionsResponse:
+        async def work(p: Principal) -> admin_pb2.ResizePartitionsResponse:
+            asked = {"scene_shard": request.scene_shards, "beacon_set": request.beacon_sets, "inbox_shard": request.inbox_shards}
+            settled = await self.memesh.resizer.resize(p, {kind: n for kind, n in asked.items() if n})
+            counts = settled.layout.counts
+            moves = [
+                admin_pb2.PartitionMove(
+                    kind=m.kind,
+                    count_from=m.count_from,
+                    count_to=m.count_to,
+                    partitions=m.partitions,
+                    rows=m.rows,
+                    seconds=m.seconds,
+                )
+                for m in settled.moves
+            ]
+            return admin_pb2.ResizePartitionsResponse(
+                scene_shards=counts["scene_shard"],
+                beacon_sets=counts["beacon_set"],
+                inbox_shards=counts["inbox_shard"],
+                epoch=settled.layout.epoch,
+                moves=moves,
+            )
+
+        return await self._run(context, work)
+
 
 def add_admin_service(server: grpc.aio.Server, memesh: Memesh) -> None:
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(memesh), server)

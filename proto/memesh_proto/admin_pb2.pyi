@@ -149,3 +149,43 @@ class Job(_message.Message):
     started_at: str
     finished_at: str
     def __init__(self, job_id: _Optional[str] = ..., status: _Optional[str] = ..., nodes_processed: _Optional[int] = ..., nodes_total: _Optional[int] = ..., engine: _Optional[str] = ..., started_at: _Optional[str] = ..., finished_at: _Optional[str] = ...) -> None: ...
+
+class ResizePartitionsRequest(_message.Message):
+    __slots__ = ("scene_shards", "beacon_sets", "inbox_shards")
+    SCENE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    BEACON_SETS_FIELD_NUMBER: _ClassVar[int]
+    INBOX_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    scene_shards: int
+    beacon_sets: int
+    inbox_shards: int
+    def __init__(self, scene_shards: _Optional[int] = ..., beacon_sets: _Optional[int] = ..., inbox_shards: _Optional[int] = ...) -> None: ...
+
+class PartitionMove(_message.Message):
+    __slots__ = ("kind", "count_from", "count_to", "partitions", "rows", "seconds")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FROM_FIELD_NUMBER: _ClassVar[int]
+    COUNT_TO_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    count_from: int
+    count_to: int
+    partitions: int
+    rows: int
+    seconds: float
+    def __init__(self, kind: _Optional[str] = ..., count_from: _Optional[int] = ..., count_to: _Optional[int] = ..., partitions: _Optional[int] = ..., rows: _Optional[int] = ..., seconds: _Optional[float] = ...) -> None: ...
+
+class ResizePartitionsResponse(_message.Message):
+    __slots__ = ("scene_shards", "beacon_sets", "inbox_shards", "epoch", "moves")
+    SCENE_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    BEACON_SETS_FIELD_NUMBER: _ClassVar[int]
+    INBOX_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MOVES_FIELD_NUMBER: _ClassVar[int]
+    scene_shards: int
+    beacon_sets: int
+    inbox_shards: int
+    epoch: int
+    moves: _containers.RepeatedCompositeFieldContainer[PartitionMove]
+    def __init__(self, scene_shards: _Optional[int] = ..., beacon_sets: _Optional[int] = ..., inbox_shards: _Optional[int] = ..., epoch: _Optional[int] = ..., moves: _Optional[_Iterable[_Union[PartitionMove, _Mapping]]] = ...) -> None: ...

@@ -94,6 +94,11 @@ class AdminServiceStub:
                 request_serializer=memesh__proto_dot_admin__pb2.JobRef.SerializeToString,
                 response_deserializer=memesh__proto_dot_admin__pb2.Job.FromString,
                 _registered_method=True)
+        self.ResizePartitions = channel.unary_unary(
+                '/memesh.admin.v1.AdminService/ResizePartitions',
+                request_serializer=memesh__proto_dot_admin__pb2.ResizePartitionsRequest.SerializeToString,
+                response_deserializer=memesh__proto_dot_admin__pb2.ResizePartitionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -175,6 +180,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResizePartitions(self, request, context):
+        """ServiceAdmin only: moves virtual partitions so each kind has the asked number of actors, while the
+        deployment serves (requests wait for the move; FAILED_PRECONDITION while a reembed or an erase runs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -237,6 +250,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=memesh__proto_dot_admin__pb2.JobRef.FromString,
                     response_serializer=memesh__proto_dot_admin__pb2.Job.SerializeToString,
+            ),
+            'ResizePartitions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizePartitions,
+                    request_deserializer=memesh__proto_dot_admin__pb2.ResizePartitionsRequest.FromString,
+                    response_serializer=memesh__proto_dot_admin__pb2.ResizePartitionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -563,6 +581,33 @@ class AdminService:
             '/memesh.admin.v1.AdminService/GetJob',
             memesh__proto_dot_admin__pb2.JobRef.SerializeToString,
             memesh__proto_dot_admin__pb2.Job.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResizePartitions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/memesh.admin.v1.AdminService/ResizePartitions',
+            memesh__proto_dot_admin__pb2.ResizePartitionsRequest.SerializeToString,
+            memesh__proto_dot_admin__pb2.ResizePartitionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -110,9 +110,10 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
     ray_address: str, tmp_path: Path, s3_endpoint: str
 ) -> None:
     """Written with 2 / 2 / 2 shards, stopped, started with 5 / 3 / 4: the start moves the virtual partitions
-    whose owner changes (``actors.resize``) on the object store, and every cell, delivery, cursor and beacon is where requests look for it. A head
-    asking for other counts while the deployment runs is refused before it serves. A writer keeps
-    writing through the stop and the resized start: every write acknowledged on either side is found."""
+    whose owner changes (``actors.resize``) on the object store, and every cell, delivery, cursor and beacon
+    is where requests look for it. A head asking for other counts while the deployment runs is refused
+    before it serves. A writer keeps writing through the stop and the resized start: every write
+    acknowledged on either side is found."""
     options = {
         "aws_endpoint": s3_endpoint,
         "aws_access_key_id": "test",
