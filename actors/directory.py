@@ -18,8 +18,9 @@ from typing import Any
 
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory
 from actors.partition_gate import PartitionGate
+from mesh.deployment import DirectorySpec
 from mesh.layout import KINDS
-from mesh.seam import DirectorySpec, every_actor, partitioned_actors
+from mesh.seam import every_actor, partitioned_actors
 
 
 def _copied(value: Any) -> Any:

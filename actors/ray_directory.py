@@ -25,9 +25,10 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory
 from actors.partition_gate import PartitionGate
+from mesh.deployment import DirectorySpec
 from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
 from mesh.layout import KINDS
-from mesh.seam import DirectorySpec, every_actor, partitioned_actors
+from mesh.seam import every_actor, partitioned_actors
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,

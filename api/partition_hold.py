@@ -22,8 +22,8 @@ import grpc
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import grpc_status, memesh_error_response
+from mesh.deployment import Gate
 from mesh.errors import MemeshError, Unavailable
-from mesh.seam import Gate
 
 UNGATED = ("/healthz", "/metrics", "/.well-known")
 

@@ -37,9 +37,10 @@ from head.memory_service import MemoryLimits
 from head.observatory_hub import ObservatoryHubConfig
 from head.private_files import write_private_file
 from head.usage import Quotas
+from mesh.deployment import DirectorySpec
 from mesh.layout import Layout, Settled
 from mesh.ratelimit import BucketPolicy
-from mesh.seam import Directory, DirectorySpec
+from mesh.seam import Directory
 
 log = logging.getLogger(__name__)
 

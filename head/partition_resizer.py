@@ -35,11 +35,12 @@ from typing import Any
 
 from head.audit import record
 from mesh.audit import AuditKind
+from mesh.deployment import DirectorySpec
 from mesh.errors import Forbidden, MemeshError, ValidationFailed
 from mesh.identity import Principal, require_admin
 from mesh.layout import COUNT_KEYS, KINDS, Layout, Settled
 from mesh.roster import EVERYTHING
-from mesh.seam import Directory, DirectorySpec
+from mesh.seam import Directory
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,10 @@ class PartitionResizer:
         self._dims = dims
         self.drain_s = drain_s
         self.followers: list[Callable[[Settled], None]] = []  # told the layout in force after every move
+        self.hold_max_s = 300.0  # a hold with no "moved" after this long is given up (the mover died)
+        self._moving = False  # this head is the mover: its own hold is its own
         self._one = asyncio.Lock()
+        self._watchdog: asyncio.Task[None] | None = None
 
     def counts(self) -> dict[str, int]:
         spec = self._dir.spec
@@ -87,21 +91,23 @@ class PartitionResizer:
             raise ValidationFailed(f"each count must be 1 to {MAX_ACTORS}, of {', '.join(KINDS)}")
         if self.plan_for is None:
             raise ValidationFailed("this head cannot start actors: resize from a head started by memesh serve")
-        current = await self._dir.registry().layout_in_force(self.counts())
-        target = {**current.counts, **wanted}
-        if target == current.counts:
-            return Settled(current)
         holder = uuid.uuid4().hex
         async with self._one:
+            current = await self._dir.registry().layout_in_force(self.counts())
+            target = {**current.counts, **wanted}
+            if target == current.counts:
+                return Settled(current)
             await self._dir.audit_log().begin_exclusive("resize", holder, SLOT_LEASE_S)
+            self._moving = True
             try:
                 settled = await self._move(current, target)
             finally:
+                self._moving = False
                 try:
                     await self._dir.audit_log().end_exclusive(holder)
                 except MemeshError:
                     log.warning("the maintenance slot was not given back; it lapses in %.0f s", SLOT_LEASE_S)
-        detail = {kind: [m.count_from, m.count_to, m.partitions, m.rows] for kind, m in ((m.kind, m) for m in settled.moves)}
+        detail = {m.kind: [m.count_from, m.count_to, m.partitions, m.rows] for m in settled.moves}
         await record(self._dir, actor, AuditKind.PARTITIONS_RESIZED, "partitions", "ok", detail)
         return settled
 
@@ -146,14 +152,34 @@ class PartitionResizer:
         """Apply another head's partition changes (hold: drain this head's calls before acknowledging;
         moved: route by the layout in force and release); the other changes, agent ids, are returned."""
         for change in changes:
-            if change == HOLD:
+            if change == HOLD and not self._moving:
                 drained = await self._dir.gate.hold(self.drain_s)
                 log.warning("partitions: another head is moving them; requests held (%s)", "drained" if drained else "busy")
+                self._watch()
             elif change == MOVED:
+                self._unwatch()
                 await self.follow()
             elif change == EVERYTHING:  # this head missed changes: route by what is in force, keep any hold
                 await self.follow(release=False)
         return [c for c in changes if c not in (HOLD, MOVED)]
+
+    def _watch(self) -> None:
+        """If the head moving the partitions dies, no "moved" comes: after ``hold_max_s`` this head routes by
+        whatever layout the manifest holds and releases, rather than hold its requests for ever."""
+        self._unwatch()
+
+        async def watchdog() -> None:
+            await asyncio.sleep(self.hold_max_s)
+            if self._dir.gate.held:
+                log.error("partitions: no head finished the move in %.0f s; following the manifest", self.hold_max_s)
+                await self.follow()
+
+        self._watchdog = asyncio.get_running_loop().create_task(watchdog(), name="partition hold watchdog")
+
+    def _unwatch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     async def follow(self, release: bool = True) -> None:
         """Route by the layout the manifest holds, and release this head's gate."""

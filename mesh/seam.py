@@ -15,22 +15,20 @@ that a restart interrupted.
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from mesh.audit import AuditRow
 from mesh.console_sessions import ConsoleSession, PendingLogin
+from mesh.deployment import DirectorySpec, Gate
 from mesh.erasure import JournalEntry, Selector, ShardErasePlan
 from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
-from mesh.layout import COUNT_KEYS, Layout, Settled
+from mesh.layout import Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
-from mesh.sharding import Routes, shard_for
 from mesh.walk import Candidate, NeighbourRequest
 
 Neighbours = list[dict[str, list[Candidate]]]
@@ -308,39 +306,6 @@ class EmbedderActor(Actor, Protocol):
     async def encode(self, texts: list[str]) -> Vector: ...
 
 
-@dataclass(frozen=True, slots=True)
-class DirectorySpec:
-    """Where a deployment's actors are: its namespace, partition counts and the assignment of virtual
-    partitions to them (picklable). ``routes`` is settled at start from the manifest; None routes by the
-    implicit assignment of the counts (a deployment never resized, or a directory built in a test)."""
-
-    namespace: str
-    scene_shards: int
-    beacon_sets: int
-    inbox_shards: int
-    embedders: int = 0  # the embedder pool (0: each head embeds with its own engine)
-    routes: Routes | None = None
-    epoch: int = 0  # online resizes so far: the partitioned actors of epoch e > 0 are named ``<kind>:<n>@<e>``
-
-    def following(self, layout: Layout) -> DirectorySpec:
-        """This deployment's spec with ``layout``'s counts, assignments and epoch."""
-        counts = layout.counts
-        return replace(
-            self,
-            scene_shards=counts["scene_shard"],
-            beacon_sets=counts["beacon_set"],
-            inbox_shards=counts["inbox_shard"],
-            routes=layout.routes(),
-            epoch=layout.epoch,
-        )
-
-    def owner(self, kind: str, key: str) -> int:
-        """The index of the ``kind`` actor that holds ``key``: the one routing rule of requests."""
-        if self.routes is None:
-            return shard_for(key, getattr(self, COUNT_KEYS[kind]))
-        return self.routes.owner(kind, key)
-
-
 class Directory(Protocol):
     """Finds actors by role and partition, never by a handle a caller keeps (an actor may restart or move)."""
 
@@ -392,26 +357,6 @@ class Directory(Protocol):
     def follow(self, spec: DirectorySpec) -> None:
         """Route by ``spec``: another head replaced the partitioned actors."""
         ...
-
-
-class Gate(Protocol):
-    """A head's calls to the partitioned actors, held while an online resize moves their partitions
-    (``actors.partition_gate``)."""
-
-    @property
-    def held(self) -> bool: ...
-
-    def operation(self) -> AbstractAsyncContextManager[None]:
-        """Many calls that must all see one layout (an erase, a reembed)."""
-        ...
-
-    def passing(self) -> AbstractContextManager[None]:
-        """Calls made in this block pass a held gate."""
-        ...
-
-    async def hold(self, drain_s: float) -> bool: ...
-
-    def release(self) -> None: ...
 
 
 def beacon_set_index(directory: Directory, agent_id: str) -> int:

@@ -18,8 +18,8 @@ from actors.observatory import MAX_WAIT_S, Observatory, ObservatoryConfig
 from api.console.observatory import parse_since
 from head.facade import Memesh
 from head.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
+from mesh.deployment import DirectorySpec
 from mesh.errors import QuotaExceeded, ValidationFailed
-from mesh.seam import DirectorySpec
 from tests.unit.conftest import Api
 from tests.unit.helpers import EVENT_FIELDS
 from tests.unit.test_propagation import agent, settle, write

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from head.facade import Memesh
-from head.partition_resizer import PartitionResizer
+from head.partition_resizer import HOLD, MOVED, PartitionResizer
 from mesh.audit import AuditKind
 from mesh.errors import Conflict, Forbidden, MemeshError, ValidationFailed
 from mesh.model import CellType, NewCell
@@ -158,4 +158,19 @@ async def test_what_may_not_run_beside_a_resize_is_refused(tmp_path: Path, make_
     detached = PartitionResizer(core.directory, core.heads.publish, None, 384)  # a head that cannot start actors
     with pytest.raises(ValidationFailed):
         await detached.resize(ADMIN, GROWN)
+    await core.close()
+
+
+async def test_a_head_held_by_a_mover_that_died_follows_the_manifest_after_hold_max(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    core = await started(make_core, tmp_path)
+    core.resizer.hold_max_s = 0.5
+    assert await core.resizer.on_roster([HOLD, "agent-1"]) == ["agent-1"]  # a credential change still goes through
+    assert core.directory.gate.held  # another head began a move: this one holds
+    await asyncio.sleep(1.5)  # ... and never heard "moved"
+    assert not core.directory.gate.held
+    assert await core.resizer.on_roster([HOLD]) == [] and core.directory.gate.held
+    await core.resizer.on_roster([MOVED])  # the usual end: follow and release at once
+    assert not core.directory.gate.held
     await core.close()

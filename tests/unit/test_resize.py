@@ -105,7 +105,8 @@ async def assert_every_row_at_its_owner(settings_dir: Path, dims: int = 384) -> 
     rows: dict[str, int] = {}
     for kind in KINDS:
         indices = await _indices(store, kind, layout.generation(kind))
-        assert indices == list(range(layout.counts[kind])), f"{kind}: tables at {indices}, count {layout.counts[kind]}"
+        # an actor creates its tables at its first load or the first row moved to it: never beyond the count
+        assert set(indices) <= set(range(layout.counts[kind])), f"{kind}: tables at {indices}, count {layout.counts[kind]}"
         held = await _read(store, kind, layout.generation(kind), indices, dims)
         for index, tables in _owners(kind, held, layout.assignment(kind)).items():
             for suffix, owners in tables.items():

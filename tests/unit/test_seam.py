@@ -11,7 +11,7 @@ import pytest
 from actors.directory import InProcessDirectory
 from actors.kinds import AUDIT_LOG, BEACON_SET, INBOX_SHARD, OBSERVATORY, REGISTRY, SCENE_SHARD
 from actors.observatory import Observatory, ObservatoryConfig
-from mesh.seam import DirectorySpec
+from mesh.deployment import DirectorySpec
 
 SPEC = DirectorySpec("test", 1, 1, 1)
 

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from mesh.seam import DirectorySpec
+from mesh.deployment import DirectorySpec
 from mesh.sharding import VIRTUAL_PARTITIONS, Assignment, Routes, shard_for, virtual_partition
 
 KEYS = [f"tenant-{random.Random(i).randrange(10**9)}\x1fproject-{i % 37}" for i in range(5000)]

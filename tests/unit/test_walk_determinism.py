@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from actors.propagation import PropagationConfig, Propagator
 from head.facade import Memesh
+from mesh.deployment import DirectorySpec
 from mesh.model import CellType, NewCell, normalize
-from mesh.seam import Directory, DirectorySpec
+from mesh.seam import Directory
 from mesh.walk import Candidate, EnergyPolicy, NodeKind, Outcome, WalkState, merge_candidates
 from tests.unit.conftest import ADMIN
 from tests.unit.test_propagation import settle
