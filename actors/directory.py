@@ -16,11 +16,11 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from actors.kinds import ActorKind, ActorProxy, TypedDirectory
+from actors.kinds import ActorKind, ActorProxy, TypedDirectory, retire_partitioned
 from actors.partition_gate import PartitionGate
 from mesh.deployment import DirectorySpec
 from mesh.layout import KINDS
-from mesh.seam import every_actor, partitioned_actors
+from mesh.seam import every_actor
 
 
 def _copied(value: Any) -> Any:
@@ -62,8 +62,7 @@ class InProcessDirectory(TypedDirectory):
     async def retire_partitions(self) -> None:
         """Drain and drop every scene shard, beacon set and inbox shard (their tables may then move)."""
         with self.gate.passing():
-            for actor in partitioned_actors(self):
-                await actor.close()
+            await retire_partitioned(self)
         for name in [n for n in self.instances if n.split(":")[0] in KINDS]:
             del self.instances[name]
 

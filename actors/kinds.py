@@ -8,6 +8,7 @@ so the Protocol is the whole seam: no method name travels as a string.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -27,12 +28,16 @@ from mesh.seam import (
     AuditLogActor,
     BeaconSetActor,
     ConsoleStateActor,
+    Directory,
     EmbedderActor,
     HeadRosterActor,
     InboxShardActor,
     ObservatoryActor,
     RegistryActor,
     SceneShardActor,
+    beacon_sets,
+    inbox_shards,
+    scene_shards,
 )
 
 T = TypeVar("T")
@@ -154,3 +159,12 @@ class TypedDirectory:
 
     def embedder(self, index: int) -> EmbedderActor:
         return cast(EmbedderActor, self.proxy(EMBEDDER, index))
+
+
+async def retire_partitioned(directory: Directory) -> None:
+    """Stop every partitioned actor for a resize: scene shards leave their queued walks to be replayed, the
+    others drain as at shutdown."""
+    await asyncio.gather(
+        *(shard.retire() for shard in scene_shards(directory)),
+        *(actor.close() for actor in [*beacon_sets(directory), *inbox_shards(directory)]),
+    )

@@ -23,8 +23,9 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
-from actors.kinds import ActorKind, ActorProxy, TypedDirectory
+from actors.kinds import ActorKind, ActorProxy, TypedDirectory, retire_partitioned
 from actors.partition_gate import PartitionGate
+from actors.storage import warm_up
 from mesh.deployment import DirectorySpec
 from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
 from mesh.layout import KINDS
@@ -121,7 +122,7 @@ class RayDirectory(TypedDirectory):
         """Drain (bounded) and kill every scene shard, beacon set and inbox shard of the current epoch."""
         actors = [a for a in partitioned_actors(self) if isinstance(a, RayActor)]
         with self.gate.passing(), contextlib.suppress(Exception):  # a dead actor has nothing left to drain
-            await asyncio.wait_for(asyncio.gather(*(a.close() for a in actors), return_exceptions=True), 30)
+            await asyncio.wait_for(retire_partitioned(self), 30)
         for actor in actors:
             with contextlib.suppress(Exception):  # already gone is what we want
                 ray.kill(actor.handle, no_restart=True)
@@ -129,13 +130,13 @@ class RayDirectory(TypedDirectory):
 
     async def prepare_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
         """Start the partitioned actors of ``spec``'s epoch ahead of a move and wait (bounded) until their
-        processes have booted, while the old ones serve; they open no table before their first call.
-        Routing is unchanged."""
+        processes have booted and imported the storage library (seconds each), while the old ones serve;
+        they open no table before their first call. Routing is unchanged."""
         partitioned = {name: entry for name, entry in plan.items() if name.split(":")[0] in KINDS}
         self.create(partitioned, detached=True, epoch=spec.epoch)
         self._prepared = {n: self._handles[n] for n in (self._named(name, spec.epoch) for name in partitioned)}
         with contextlib.suppress(Exception):  # one that does not boot in time is waited for at its first call
-            booted = [handle.__ray_ready__.remote() for handle in self._prepared.values()]
+            booted = [handle.__ray_call__.remote(warm_up) for handle in self._prepared.values()]
             await asyncio.wait_for(asyncio.gather(*booted), 120)
 
     def discard_prepared(self) -> None:

@@ -115,6 +115,15 @@ class SceneShard(SceneReembedding):
         for committer in (self._commit, self._touch_commit):
             await committer.flush()
 
+    async def retire(self) -> None:
+        """Stop walking and commit everything pending: an online resize replaces this shard. Walks not
+        started are left to the partitions' next owners, which replay every unmarked cell when they load
+        (as after a crash); only the batch under way finishes."""
+        dropped = self._walks.drop_queued()
+        if dropped:
+            log.info("retiring with %d walks left to replay", dropped)
+        await self.close()
+
     def attach(self, directory: Directory) -> None:
         """Give the shard the directory its walks use (in-process; Ray shards look it up)."""
         self._directory = directory

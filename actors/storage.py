@@ -112,6 +112,14 @@ def _chunks(values: list[str], size: int = DELETE_CHUNK) -> Iterator[list[str]]:
         yield values[start : start + size]
 
 
+def warm_up(_actor: object = None) -> bool:
+    """Import LanceDB now (it takes seconds: its client models are built at import), so an actor started
+    ahead of a partition move does not pay it on its first request (``RayDirectory.prepare_partitions``)."""
+    import lancedb  # noqa: F401
+
+    return True
+
+
 class LanceStore:
     """A connection to the LanceDB database at ``uri`` (a path or any URI LanceDB accepts)."""
 

@@ -111,6 +111,13 @@ class WalkQueue:
             await asyncio.sleep(0.005)
         return pending
 
+    def drop_queued(self) -> int:
+        """Forget the walks not started (their cells stay unmarked, so the next owner replays them); how many."""
+        dropped = list(self._queue)
+        self._queue.clear()
+        self._counted(dropped, -1)
+        return len(dropped)
+
     async def quiesce(self, cell_ids: frozenset[str]) -> None:
         """No walk of ``cell_ids`` is queued or running when this returns (they start none again)."""
         self._doomed |= cell_ids

@@ -106,6 +106,9 @@ def measure(cells: int) -> None:
         stop.set()
         for thread in threads:
             thread.join(60)
+        log = server.log_path.read_text(errors="replace").splitlines()
+    phases = [line for line in log if "after" in line and "online resize" in line]
+    trouble = [line for line in log if " ERROR " in line or "WARNING" in line]
     before = [a - s for s, a, _ in timeline.requests if a < began]
     during = [a - s for s, a, _ in timeline.requests if s < ended and a > began]
     refused = [status for _, _, status in timeline.requests if status >= 300]
@@ -117,6 +120,13 @@ def measure(cells: int) -> None:
         f" | {percentile(before, 50) * 1000:.1f} ms | {len(during)} | {len(refused)} of {len(timeline.requests)} |",
         flush=True,
     )
+    for line in phases:
+        print(f"    {line.split('online resize: ', 1)[-1]}", flush=True)
+    slowest = sorted(((a - s, s - began, status) for s, a, status in timeline.requests if s < ended and a > began), reverse=True)
+    for line in trouble[:40]:
+        print(f"    log: {line[:300]}", flush=True)
+    for took, offset, status in slowest[:5]:
+        print(f"    a request sent {offset:+.1f} s from the command took {took:.1f} s ({status})", flush=True)
 
 
 def main() -> None:

@@ -111,6 +111,9 @@ def _dispatch(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> An
     return _data(stub, pb, args, metadata)
 
 
+RESIZE_TIMEOUT_S = 900.0  # a resize boots new actors and moves data: minutes on a large deployment
+
+
 def _data(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
     """partitions resize, nodes delete, erase, reembed start|job. The confirm label is the operator's to type."""
     call = {"metadata": metadata, "timeout": args.timeout}
@@ -118,7 +121,7 @@ def _data(stub: Any, pb: Any, args: argparse.Namespace, metadata: Any) -> Any:
         asked = pb.ResizePartitionsRequest(
             scene_shards=args.scene_shards or 0, beacon_sets=args.beacon_sets or 0, inbox_shards=args.inbox_shards or 0
         )
-        done = stub.ResizePartitions(asked, **call)
+        done = stub.ResizePartitions(asked, metadata=metadata, timeout=max(args.timeout, RESIZE_TIMEOUT_S))
         moves = [
             {
                 "kind": m.kind,

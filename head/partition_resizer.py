@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -53,6 +54,22 @@ Plan = dict[str, tuple[type, tuple[Any, ...]]]
 PlanFor = Callable[[Layout, DirectorySpec], Plan]  # the actor plan of a layout (cluster.compose.actor_plan)
 
 
+class Phases:
+    """How long each step of a resize took (logged, for operators)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self._laps: list[tuple[str, float]] = []
+
+    def lap(self, step: str) -> None:
+        now = time.monotonic()
+        self._laps.append((step, now - self._last))
+        self._last = now
+
+    def __str__(self) -> str:
+        return ", ".join(f"{step} after {seconds:.2f}s" for step, seconds in self._laps)
+
+
 class PartitionResizer:
     def __init__(
         self,
@@ -74,18 +91,28 @@ class PartitionResizer:
         self._moving = False  # this head is the mover: its own hold is its own
         self._one = asyncio.Lock()
         self._watchdog: asyncio.Task[None] | None = None
+        self.last = Settled(Layout({}))  # the moves this head last made or followed
 
     def counts(self) -> dict[str, int]:
         spec = self._dir.spec
         return {kind: int(getattr(spec, COUNT_KEYS[kind])) for kind in KINDS}
 
+    async def in_force(self, actor: Principal) -> Settled:
+        """The layout the manifest holds, with the moves this head last made or saw (a ServiceAdmin's)."""
+        await self._require_service_admin(actor, "partitions")
+        layout = await self._dir.registry().layout_in_force(self.counts())
+        return Settled(layout, self.last.moves if self.last.layout.epoch == layout.epoch else ())
+
+    async def _require_service_admin(self, actor: Principal, action: str) -> None:
+        require_admin(actor)
+        if not actor.is_service_admin:
+            await record(self._dir, actor, AuditKind.AUTHZ_DENIED, "partitions", "denied", {"action": action})
+            raise Forbidden("only a ServiceAdmin manages the partitions")
+
     async def resize(self, actor: Principal, wanted: dict[str, int]) -> Settled:
         """Move partitions so each kind has the ``wanted`` number of actors (kinds left out keep theirs);
         the layout reached and the moves made (none when nothing changes)."""
-        require_admin(actor)
-        if not actor.is_service_admin:
-            await record(self._dir, actor, AuditKind.AUTHZ_DENIED, "partitions", "denied", {"action": "resize"})
-            raise Forbidden("only a ServiceAdmin resizes the partitions")
+        await self._require_service_admin(actor, "resize")
         unknown = sorted(set(wanted) - set(KINDS))
         if unknown or any(not 1 <= n <= MAX_ACTORS for n in wanted.values()):
             raise ValidationFailed(f"each count must be 1 to {MAX_ACTORS}, of {', '.join(KINDS)}")
@@ -116,14 +143,19 @@ class PartitionResizer:
         gate = self._dir.gate
         target = current.resized_to(wanted, online=True)
         ahead = self._dir.spec.following(target)
+        clock = Phases()
         await self._dir.prepare_partitions(ahead, self.plan_for(target, ahead))  # they boot while the old ones serve
+        clock.lap("new actors booted")
         await gate.hold(self.drain_s)
         settled: Settled | None = None
         failure: MemeshError | None = None
         try:
             await self._publish(HOLD)
+            clock.lap("every head holding")
             await self._dir.retire_partitions()
+            clock.lap("old actors stopped")
             settled = await self._dir.registry().settle_layout(wanted, self._dims, False, True)
+            clock.lap("partitions moved")
             for move in settled.moves:
                 log.warning("online resize: %s", move)
         except MemeshError as exc:
@@ -137,14 +169,17 @@ class PartitionResizer:
             await self._dir.adopt_partitions(spec, self.plan_for(layout, spec))
             self._tell(settled or Settled(layout))
             await self._publish(MOVED)
+            clock.lap("every head following")
         finally:
             gate.release()
+            log.warning("online resize: %s", clock)
         if failure is not None:
             raise failure
         assert settled is not None
         return settled
 
     def _tell(self, settled: Settled) -> None:
+        self.last = settled
         for follower in self.followers:
             follower(settled)
 

@@ -64,6 +64,11 @@ class Reembedding(Protocol):
 class SceneShardActor(Actor, Reembedding, Protocol):
     """The cells and scenes of the (tenant, project) pairs that hash to one shard; runs their walks."""
 
+    async def retire(self) -> None:
+        """Commit everything pending and stop walking (an online resize replaces the shard; walks not
+        started are replayed by the partitions' next owners)."""
+        ...
+
     async def usage(self, tenant_id: str) -> tuple[int, int]: ...
 
     async def check_write(self, tenant_id: str, cells: list[Cell]) -> None: ...

@@ -154,7 +154,9 @@ class Server:
         headers = {"x-service-key": key} if key else {}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
 
-    def admin(self, *args: str, key_file: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def admin(
+        self, *args: str, key_file: Path | None = None, check: bool = True, timeout_s: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
         cmd = [
             str(BIN / "memesh"),
             "admin",
@@ -164,7 +166,7 @@ class Server:
             str(key_file or self.key_file),
             *args,
         ]
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         if check:
             assert result.returncode == 0, result.stderr
         return result
@@ -173,6 +175,17 @@ class Server:
         out = self.admin("agents", "issue", "--tenant", tenant, "--role", role, "--display-name", name, *extra)
         issued: dict[str, Any] = json.loads(out.stdout)
         return issued
+
+
+def ack_first_delivery(http: httpx.Client, timeout_s: float = 60.0) -> int:
+    """Pull (bounded) until the listener behind ``http`` holds a delivery, acknowledge the oldest; its seq."""
+    deadline = time.monotonic() + timeout_s
+    while not (page := http.post("/v1/inbox:pull", json={}).json())["items"]:
+        assert time.monotonic() < deadline, "no delivery reached the listener"
+        time.sleep(0.2)
+    acked = int(min(i["delivery_seq"] for i in page["items"]))
+    assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
+    return acked
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The operator REST API under ``/admin/api``: agents, descriptors, data lifecycle, jobs.
+"""The operator REST API under ``/admin/api``: agents, descriptors, data lifecycle, jobs, partitions.
 
 Every route sits behind the admin session gate (:mod:`api.console.gate`): by
 the time a handler runs, the console session was checked (401 / 403 first,
@@ -27,6 +27,8 @@ from api.console.schemas import (
     JobOut,
     JobStartedOut,
     NodeDeleteIn,
+    PartitionsOut,
+    PartitionsResizeIn,
 )
 from api.cursors import decode_cursor, encode_cursor
 from api.deps import Core, Operator
@@ -144,6 +146,19 @@ async def verify_audit(operator: Operator, core: Core) -> dict[str, Any]:
     """Walk the audit hash chain (an admin): ``{ok, rows, first_bad_seq}`` (gRPC's VerifyAudit)."""
     result: dict[str, Any] = await core.identity.verify_audit(operator)
     return {"ok": result["ok"], "rows": result["rows"], "first_bad_seq": result["first_bad_seq"]}
+
+
+# --------------------------------------------------------------- partitions
+@router.get("/partitions", response_model=PartitionsOut)
+async def partitions(operator: Operator, core: Core) -> PartitionsOut:
+    """The partition layout in force and the last moves (a ServiceAdmin: the layout spans every tenant)."""
+    return PartitionsOut.of(await core.resizer.in_force(operator))
+
+
+@router.post("/partitions/resize", response_model=PartitionsOut)
+async def resize_partitions(body: PartitionsResizeIn, operator: Operator, core: Core) -> PartitionsOut:
+    """Move virtual partitions while serving (gRPC's ResizePartitions; docs/operations.md)."""
+    return PartitionsOut.of(await core.resizer.resize(operator, body.wanted()))
 
 
 # ------------------------------------------------------- published keys (no session)

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from head.reembed import ReembedJob
 from mesh.erasure import EraseCounts
 from mesh.identity import Agent
+from mesh.layout import Settled
+from mesh.sharding import VIRTUAL_PARTITIONS
 from mesh.times import rfc3339
 
 
@@ -132,4 +134,59 @@ class JobOut(BaseModel):
             engine=job.engine,
             started_at=rfc3339(job.started_at),
             finished_at=rfc3339(job.finished_at) if job.finished_at else None,
+        )
+
+
+class PartitionsResizeIn(_Request):
+    """The actors each partitioned kind should have (a kind left out keeps its count)."""
+
+    scene_shards: int | None = Field(None, ge=1, le=1024, strict=True)
+    beacon_sets: int | None = Field(None, ge=1, le=1024, strict=True)
+    inbox_shards: int | None = Field(None, ge=1, le=1024, strict=True)
+
+    def wanted(self) -> dict[str, int]:
+        asked = {"scene_shard": self.scene_shards, "beacon_set": self.beacon_sets, "inbox_shard": self.inbox_shards}
+        return {kind: n for kind, n in asked.items() if n is not None}
+
+
+class PartitionMoveOut(BaseModel):
+    kind: Literal["scene_shard", "beacon_set", "inbox_shard"]
+    count_from: int
+    count_to: int
+    partitions: int
+    rows: int
+    seconds: float
+
+
+class PartitionsOut(BaseModel):
+    """The layout in force, and the moves this head's last resize (or its start) made."""
+
+    scene_shards: int
+    beacon_sets: int
+    inbox_shards: int
+    epoch: int
+    virtual_partitions: int
+    moves: list[PartitionMoveOut]
+
+    @classmethod
+    def of(cls, settled: Settled) -> PartitionsOut:
+        counts = settled.layout.counts
+        moves = [
+            PartitionMoveOut(
+                kind=m.kind,  # type: ignore[arg-type]
+                count_from=m.count_from,
+                count_to=m.count_to,
+                partitions=m.partitions,
+                rows=m.rows,
+                seconds=round(m.seconds, 3),
+            )
+            for m in settled.moves
+        ]
+        return cls(
+            scene_shards=counts["scene_shard"],
+            beacon_sets=counts["beacon_set"],
+            inbox_shards=counts["inbox_shard"],
+            epoch=settled.layout.epoch,
+            virtual_partitions=VIRTUAL_PARTITIONS,
+            moves=moves,
         )

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.servers import BIN, Server, free_port
+from tests.servers import BIN, Server, ack_first_delivery, free_port
 
 BUCKET = "memesh-e2e"
 
@@ -139,13 +139,7 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
                     assert response.status_code == 201, response.text
                     written[response.json()["id"]] = (writer, content)
             with server.http(listener) as http:
-                deadline = time.monotonic() + 60
-                while not (page := http.post("/v1/inbox:pull", json={}).json())["items"]:
-                    assert time.monotonic() < deadline, "no delivery reached the listener"
-                    time.sleep(0.2)
-                acked = min(i["delivery_seq"] for i in page["items"])
-                assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
-                listeners[listener] = (acked, [])
+                listeners[listener] = (ack_first_delivery(http), [])
         time.sleep(1.0)  # the walks of the last writes land
         for listener, (acked, _) in listeners.items():
             with server.http(listener) as http:

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import ray
 
-from tests.servers import Server
+from tests.servers import Server, ack_first_delivery
 
 GROWN = ("--scene-shards", "5", "--beacon-sets", "3", "--inbox-shards", "4")
 
@@ -89,12 +89,7 @@ def test_an_online_resize_under_load_through_two_heads(ray_address: str, tmp_pat
                 response = http.post("/v1/cells", json={"content": f"warehouse robot battery swap {i} done", "cell_type": "Fact"})
                 assert response.status_code == 201, response.text
         with second.http(listener) as http:
-            deadline = time.monotonic() + 60
-            while not (page := http.post("/v1/inbox:pull", json={}).json())["items"]:
-                assert time.monotonic() < deadline, "no delivery reached the listener"
-                time.sleep(0.2)
-            acked = min(i["delivery_seq"] for i in page["items"])
-            assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
+            acked = ack_first_delivery(http)
             time.sleep(1.0)  # the last walks land
             shown = sorted(i["delivery_seq"] for i in http.post("/v1/inbox:pull", json={}).json()["items"])
 
@@ -103,7 +98,7 @@ def test_an_online_resize_under_load_through_two_heads(ray_address: str, tmp_pat
         traffic.read(second, listener)
         time.sleep(2.0)
         before = len(traffic.acked)
-        done = json.loads(first.admin("partitions", "resize", *GROWN).stdout)
+        done = json.loads(first.admin("partitions", "resize", *GROWN, timeout_s=900).stdout)  # the CLI waits up to 900 s
         time.sleep(2.0)
         traffic.stop()
 

@@ -10,8 +10,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
+from api.app import create_app
 from head.facade import Memesh
 from head.partition_resizer import HOLD, MOVED, PartitionResizer
 from mesh.audit import AuditKind
@@ -19,7 +21,8 @@ from mesh.errors import Conflict, Forbidden, MemeshError, ValidationFailed
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
 from mesh.sharding import VIRTUAL_PARTITIONS
-from tests.unit.conftest import ADMIN
+from tests.unit.conftest import ADMIN, assert_error
+from tests.unit.test_admin_gate import CONFIG, ConsoleHarness
 from tests.unit.test_propagation import agent, drain
 from tests.unit.test_resize import assert_every_row_at_its_owner, check, populate, started
 
@@ -173,4 +176,33 @@ async def test_a_head_held_by_a_mover_that_died_follows_the_manifest_after_hold_
     assert await core.resizer.on_roster([HOLD]) == [] and core.directory.gate.held
     await core.resizer.on_roster([MOVED])  # the usual end: follow and release at once
     assert not core.directory.gate.held
+    await core.close()
+
+
+async def test_the_console_shows_the_layout_and_moves_partitions(tmp_path: Path, make_core: Callable[..., Memesh]) -> None:
+    core = await started(make_core, tmp_path)
+    app = create_app(core, console=CONFIG)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test") as http:
+        console = ConsoleHarness(core, app.state.console, app, http)
+        project_admin = await console.session_for("pam")
+        assert_error(await console.send("GET", "/admin/api/partitions", project_admin), 403, "forbidden")
+        viewer = await console.session_for("sam", tenant="system", role="ServiceAdmin")
+        shown = (await console.send("GET", "/admin/api/partitions", viewer)).json()
+        assert shown == {
+            "scene_shards": 2,
+            "beacon_sets": 2,
+            "inbox_shards": 2,
+            "epoch": 0,
+            "virtual_partitions": 4096,
+            "moves": [],
+        }
+        for bad in ({"scene_shards": 0}, {"scene_shards": "3"}, {"shards": 3}):
+            refused = await console.send("POST", "/admin/api/partitions/resize", viewer, json=bad)
+            assert refused.status_code in (400, 422) and refused.json()["error"]["code"] == "validation", refused.text
+        moved = await console.send("POST", "/admin/api/partitions/resize", viewer, json={"scene_shards": 3})
+        assert moved.status_code == 200, moved.text
+        assert moved.json()["epoch"] == 1 and moved.json()["scene_shards"] == 3
+        assert [(m["kind"], m["count_from"], m["count_to"]) for m in moved.json()["moves"]] == [("scene_shard", 2, 3)]
+        again = (await console.send("GET", "/admin/api/partitions", viewer)).json()
+        assert again["scene_shards"] == 3 and again["moves"] == moved.json()["moves"]
     await core.close()

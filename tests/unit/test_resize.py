@@ -175,13 +175,18 @@ async def cut_short(tmp_path: Path, counts: dict[str, int], switched: bool) -> N
         await manifest.switch_layout(Layout({**old.counts, **counts}, {}, assignments), unswept=kinds)
 
 
-async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is_done_again(
-    tmp_path: Path, make_core: Callable[..., Memesh]
-) -> None:
+async def populated_then_stopped(make_core: Callable[..., Memesh], tmp_path: Path) -> tuple[World, dict[str, int]]:
+    """A deployment with data, stopped: what it holds, and its rows per kind (each at its owner)."""
     core = await started(make_core, tmp_path)
     world = await populate(core)
     await core.close()
-    before = await assert_every_row_at_its_owner(tmp_path / "data")
+    return world, await assert_every_row_at_its_owner(tmp_path / "data")
+
+
+async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is_done_again(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    world, before = await populated_then_stopped(make_core, tmp_path)
     await cut_short(tmp_path, {"scene_shard": 5, "beacon_set": 3, "inbox_shard": 4}, switched=False)
     assert (await stored_layout(tmp_path / "data"))[1] == ["beacon_set", "inbox_shard", "scene_shard"]
 
@@ -200,10 +205,7 @@ async def test_a_resize_cut_short_before_its_switch_leaves_the_old_layout_and_is
 async def test_a_resize_cut_short_after_its_switch_is_finished_by_the_next_start(
     tmp_path: Path, make_core: Callable[..., Memesh]
 ) -> None:
-    core = await started(make_core, tmp_path)
-    world = await populate(core)
-    await core.close()
-    before = await assert_every_row_at_its_owner(tmp_path / "data")
+    world, before = await populated_then_stopped(make_core, tmp_path)
     await cut_short(tmp_path, {"scene_shard": 3, "beacon_set": 1, "inbox_shard": 2}, switched=True)
 
     finished = await started(make_core, tmp_path, scene_shards=3, beacon_sets=1)  # the new owners; sources swept

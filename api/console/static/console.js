@@ -232,6 +232,42 @@ async function startReembed() {
   }
 }
 
+// ---------------------------------------------------------------- partitions
+function showPartitions(layout) {
+  $("#partitions-layout").textContent =
+    `${layout.scene_shards} scene shards, ${layout.beacon_sets} beacon sets, ${layout.inbox_shards} inbox shards ` +
+    `over ${layout.virtual_partitions} virtual partitions each; ${layout.epoch} online resizes so far.`;
+  const body = $("#partitions-moves tbody");
+  body.replaceChildren();
+  for (const move of layout.moves) {
+    const row = el("tr");
+    for (const cell of [move.kind, `${move.count_from} → ${move.count_to}`, move.partitions, move.rows, move.seconds]) row.append(el("td", cell));
+    body.append(row);
+  }
+  $("#partitions-moves").hidden = layout.moves.length === 0;
+}
+
+async function loadPartitions() {
+  const layout = await guarded(() => api("GET", "/admin/api/partitions"));
+  if (layout) showPartitions(layout);
+}
+
+async function resizePartitions(event) {
+  event.preventDefault();
+  const form = new FormData(event.target);
+  const body = {};
+  for (const name of ["scene_shards", "beacon_sets", "inbox_shards"]) {
+    const value = String(form.get(name) || "").trim();
+    if (value) body[name] = Number(value);
+  }
+  if (!confirm(`Resize the partitions to ${JSON.stringify(body)}? Requests wait while they move.`)) return;
+  const layout = await guarded(() => api("POST", "/admin/api/partitions/resize", body));
+  if (layout) {
+    showPartitions(layout);
+    toast("partitions moved");
+  }
+}
+
 async function verifyAudit() {
   const result = await guarded(() => api("GET", "/admin/api/audit/verify"));
   if (result) {
@@ -367,6 +403,8 @@ async function start() {
   $("#delete-node").addEventListener("submit", deleteNode);
   $("#reembed-start").addEventListener("click", startReembed);
   $("#audit-verify").addEventListener("click", verifyAudit);
+  $("#partitions-load").addEventListener("click", loadPartitions);
+  $("#partitions-resize").addEventListener("submit", resizePartitions);
   $("#obs-replay").addEventListener("click", replay);
   $("#obs-live").addEventListener("click", toggleLive);
   $("#logout").addEventListener("submit", async (event) => {
