@@ -279,11 +279,15 @@ async def settle_layout(
     layout = manifest.layout(stored, wanted)
     kinds = layout.resized(wanted)
     changes = ", ".join(f"{COUNT_KEYS[k]} {layout.counts[k]} -> {wanted[k]}" for k in kinds)
+    unswept = manifest.unswept(stored)
     if running:
         if kinds:
             raise ConfigInvalid(f"{changes}: the deployment runs with the old counts; stop every head, then start with the new")
+        if unswept:  # a move under way, or one whose mover died: its copies must be swept before actors load them
+            raise ConfigInvalid(
+                "partitions are moving (or a move was cut short); start again when it ends, or restart every head"
+            )
         return Settled(layout)
-    unswept = manifest.unswept(stored)
     for kind in unswept:  # a resize cut short: before its switch the copies, after it the sources, are strays
         log.warning("resize: %s was cut short; removing rows of partitions their actor does not own", COUNT_KEYS[kind])
         await _sweep(store, kind, layout, dims)

@@ -225,3 +225,15 @@ async def test_a_resize_is_refused_while_the_deployment_runs(tmp_path: Path, mak
     settled = await settle_layout(storage_config(settings), wanted_counts(settings), 384, running=True)
     assert settled.layout.counts["scene_shard"] == 2 and not settled.moves
     await core.close()
+
+
+async def test_a_head_joining_while_a_move_is_cut_short_is_refused_before_any_actor_loads_its_copies(
+    tmp_path: Path, make_core: Callable[..., Memesh]
+) -> None:
+    await populated_then_stopped(make_core, tmp_path)
+    await cut_short(tmp_path, {"scene_shard": 5, "beacon_set": 3, "inbox_shard": 4}, switched=False)
+    settings = in_process_settings(tmp_path / "data")
+    with pytest.raises(ConfigInvalid, match="partitions are moving"):  # a head that joins running actors sweeps nothing
+        await settle_layout(storage_config(settings), wanted_counts(settings), 384, running=True)
+    await (await started(make_core, tmp_path)).close()  # a start of the stopped deployment sweeps the copies
+    await assert_every_row_at_its_owner(tmp_path / "data")
