@@ -9,81 +9,21 @@ else reads the environment. ``docs/configuration.md`` lists every key.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
+from cluster.server_settings import Section, ServerSettings
 from mesh.inbox import Budget
 from mesh.standing import StandingPrior
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning, SceneTuning
 from mesh.walk import EnergyPolicy
 
 
-class _Section(BaseModel):
-    model_config = {"extra": "forbid", "frozen": True}
-
-
-class ServerSettings(_Section):
-    host: str = "0.0.0.0"
-    port: int = Field(8080, ge=0, le=65535)
-    grpc_host: str = "127.0.0.1"
-    grpc_port: int = Field(50051, ge=0, le=65535)
-    grpc_enabled: bool = True
-    grpc_data_enabled: bool = True  # the gRPC data plane, memesh.data.v1 (docs/grpc.md), on a listener of its own
-    grpc_data_host: str = "0.0.0.0"  # faces agents, as REST's host does
-    grpc_data_port: int = Field(50052, ge=0, le=65535)
-    grpc_reflection: bool | None = None  # reflection on the data plane; None: on in the dev profile, off in production
-    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    request_timeout_s: float = Field(30.0, gt=0)
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    tls_certfile: Path | None = None  # serve REST over TLS (uvicorn ssl_certfile); both or neither
-    tls_keyfile: Path | None = None
-    grpc_tls_certfile: Path | None = None  # serve the gRPC admin service over TLS; both or neither
-    grpc_tls_keyfile: Path | None = None
-    metrics_token: SecretStr | None = None  # when set, GET /metrics needs "Authorization: Bearer <token>"
-    health_cache_s: float = Field(1.0, ge=0, le=60)  # /healthz answers from one actor round at most this often
-
-    @model_validator(mode="after")
-    def _tls_pair(self) -> ServerSettings:
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("server.tls_certfile and server.tls_keyfile go together")
-        if (self.grpc_tls_certfile is None) != (self.grpc_tls_keyfile is None):
-            raise ValueError("server.grpc_tls_certfile and server.grpc_tls_keyfile go together")
-        return self
-
-    @property
-    def tls(self) -> bool:
-        return self.tls_certfile is not None
-
-    @property
-    def grpc_tls(self) -> bool:
-        return self.grpc_tls_certfile is not None
-
-    @property
-    def grpc_loopback(self) -> bool:
-        """True when the gRPC admin service listens on a loopback address only."""
-        return _loopback(self.grpc_host)
-
-    @property
-    def grpc_data_loopback(self) -> bool:
-        """True when the gRPC data plane listens on a loopback address only."""
-        return _loopback(self.grpc_data_host)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class StorageSettings(_Section):
+class StorageSettings(Section):
     data_dir: Path = Path("./data")
     uri: str | None = None  # any URI LanceDB accepts; default <data_dir>/lance
     options: dict[str, str] = Field(default_factory=dict)  # LanceDB storage options (endpoint, region, ...)
@@ -98,7 +38,7 @@ class StorageSettings(_Section):
         return self.uri or str((self.data_dir / "lance").resolve())
 
 
-class RaySettings(_Section):
+class RaySettings(Section):
     address: str | None = None  # join this cluster; None starts a local Ray
     namespace: str = "memesh"
     scene_shards: int = Field(2, ge=1, le=1024)
@@ -109,7 +49,7 @@ class RaySettings(_Section):
     placement: Literal["pack", "spread"] = "pack"  # spread: actors across the cluster's nodes (Ray's SPREAD strategy)
 
 
-class EmbeddingSettings(_Section):
+class EmbeddingSettings(Section):
     engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm"
     dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
     max_batch: int = Field(64, ge=1, le=1024)
@@ -119,11 +59,11 @@ class EmbeddingSettings(_Section):
     max_queued_texts_per_tenant: int = Field(1_024, ge=1)  # one tenant's share of that queue
 
 
-class PullSettings(_Section):
+class PullSettings(Section):
     max_batch: int = Field(256, ge=1, le=10_000)
 
 
-class BucketSettings(_Section):
+class BucketSettings(Section):
     """A per-caller token bucket: ``rate`` tokens a second (0 disables it), up to ``burst``."""
 
     rate: float = Field(200.0, ge=0)
@@ -145,7 +85,7 @@ class AuthFailureBucketSettings(BucketSettings):
     burst: float = Field(50.0, ge=1)
 
 
-class RateLimitSettings(_Section):
+class RateLimitSettings(Section):
     """Per-caller buckets; ``auth_failures`` is per client address (requests whose credential failed)."""
 
     read: BucketSettings = BucketSettings()
@@ -155,7 +95,7 @@ class RateLimitSettings(_Section):
     auth_failures: AuthFailureBucketSettings = AuthFailureBucketSettings()
 
 
-class PropagationSettings(_Section):
+class PropagationSettings(Section):
     """The energy walk (docs/propagation.md): energy, costs, gate, fan-out."""
 
     base_energy: float = Field(0.4, gt=0, le=10)
@@ -217,7 +157,7 @@ class PropagationSettings(_Section):
         )
 
 
-class ObservatorySettings(_Section):
+class ObservatorySettings(Section):
     enabled: bool | None = None  # None: on in dev, off in production
     sample_rate: float = Field(1.0, ge=0, le=1)
     max_events: int = Field(50_000, ge=1)
@@ -227,7 +167,7 @@ class ObservatorySettings(_Section):
     max_streams_per_tenant: int = Field(4, ge=1)  # a ProjectAdmin's tenant; ServiceAdmins share only the global cap
 
 
-class AdminSettings(_Section):
+class AdminSettings(Section):
     """The control plane; the console (``/admin``) logs operators in with OIDC (docs/console.md)."""
 
     console_enabled: bool = False
@@ -256,7 +196,7 @@ class AdminSettings(_Section):
         return self
 
 
-class A2aSettings(_Section):
+class A2aSettings(Section):
     """The optional A2A binding (docs/a2a.md): the signed agent card and JSON-RPC at ``/a2a/v1``."""
 
     enabled: bool = False
@@ -275,7 +215,7 @@ class A2aSettings(_Section):
         return self
 
 
-class ScenesSettings(_Section):
+class ScenesSettings(Section):
     join_similarity: float = Field(0.55, ge=-1, le=1)
     duplicate_similarity: float = Field(0.9, ge=-1, le=1)
     min_group: int = Field(2, ge=2)
@@ -287,7 +227,7 @@ class ScenesSettings(_Section):
         return SceneTuning(**self.model_dump())
 
 
-class RecallSettings(_Section):
+class RecallSettings(Section):
     w_similarity: float = Field(0.75, ge=0)
     w_salience: float = Field(0.15, ge=0)
     w_recency: float = Field(0.10, ge=0)
@@ -299,7 +239,7 @@ class RecallSettings(_Section):
         return RecallTuning(**self.model_dump())
 
 
-class RetrievalSettings(_Section):
+class RetrievalSettings(Section):
     ranking: Ranking = Ranking.HYBRID
     rrf_k: int = Field(10, ge=1, le=10_000)
     w_dense: float = Field(1.0, ge=0)
@@ -312,7 +252,7 @@ class RetrievalSettings(_Section):
         return RetrievalTuning(**self.model_dump(exclude={"batch_searches"}))
 
 
-class LimitsSettings(_Section):
+class LimitsSettings(Section):
     """Bounds on what one request may ask for or store."""
 
     max_content_chars: int = Field(32_768, ge=1)
@@ -335,7 +275,7 @@ class LimitsSettings(_Section):
         return self
 
 
-class QuotaSettings(_Section):
+class QuotaSettings(Section):
     """Per-tenant quotas (429 ``quota_exceeded``, no Retry-After); 0 turns one off."""
 
     max_cells_per_tenant: int = Field(250_000, ge=0)
@@ -344,7 +284,7 @@ class QuotaSettings(_Section):
     refresh_s: float = Field(30.0, gt=0)  # how often a head re-reads a tenant's usage from the actors
 
 
-class RetentionSettings(_Section):
+class RetentionSettings(Section):
     """How long delivered, closed and expired state is kept (docs/operations.md)."""
 
     acked_delivery_max_age_s: float = Field(7 * 24 * 3600.0, gt=0)
@@ -353,7 +293,7 @@ class RetentionSettings(_Section):
     sweep_interval_s: float = Field(60.0, ge=0)  # 0: no periodic sweep (tests)
 
 
-class HeadsSettings(_Section):
+class HeadsSettings(Section):
     """Several heads of one deployment (docs/scaling.md): how credential changes reach them all."""
 
     workers: int = Field(1, ge=1, le=64)  # head processes ``memesh serve`` runs on this machine (--workers)

@@ -42,19 +42,27 @@ def _ephemeral_ports() -> range:
     return range(low, high + 1)
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on, taken below the kernel's ephemeral range and above Ray's
-    worker ports: a port the kernel hands out could be taken by any outgoing connection (Ray makes
-    many) between this check and the server's bind, which failed a run with EADDRINUSE."""
+    """A loopback port nothing listens on and never handed out before in this process, taken below the
+    kernel's ephemeral range and above Ray's worker ports: a port the kernel hands out could be taken by
+    any outgoing connection (Ray makes many) between this check and the server's bind, which failed a
+    run with EADDRINUSE; and a server's three ports are chosen before it binds any, so a random pick
+    could repeat within them (a CI run gave REST and the gRPC data plane the same port)."""
     ephemeral = _ephemeral_ports()
     pool = range(RAY_WORKER_PORTS.stop, min(ephemeral.start, 65_536))
     for _ in range(200 if len(pool) else 0):
         port = random.choice(pool)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
+            _HANDED_OUT.add(port)
             return port
     with socket.socket() as s:  # no private range on this machine: let the kernel choose
         s.bind(("127.0.0.1", 0))

@@ -169,8 +169,10 @@ async def cut_short(tmp_path: Path, counts: dict[str, int], switched: bool) -> N
     kinds = old.resized({**old.counts, **counts})
     assignments = {k: old.assignment(k).rebalanced(counts[k]) for k in kinds}
     await manifest.switch_layout(old, unswept=kinds)
-    for kind in kinds:
-        assert (await _copy_moving(store, kind, old, assignments[kind], settings.embedding.dims)).rows > 0
+    copied = [(await _copy_moving(store, kind, old, assignments[kind], settings.embedding.dims)).rows for kind in kinds]
+    # Something was copied (the scene shards' hundreds of cells always move some); a kind with a few keys may
+    # move none: agent ids are random, and each keeps its owner with a fair chance (a CI run met it).
+    assert sum(copied) > 0, copied
     if switched:
         await manifest.switch_layout(Layout({**old.counts, **counts}, {}, assignments), unswept=kinds)
 

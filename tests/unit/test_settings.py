@@ -52,6 +52,17 @@ def test_invalid_values_and_unknown_keys_are_refused(monkeypatch: pytest.MonkeyP
         Settings(embedding={"engine": "word2vec"})
 
 
+def test_two_listeners_on_one_port_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError, match=r"grpc_data_port and server\.port are both 9000"):
+        Settings(server={"port": 9000, "grpc_data_port": 9000})
+    with pytest.raises(ValidationError, match=r"server\.grpc_port and server\.port"):
+        Settings(server={"port": 9000, "grpc_port": 9000})
+    # a listener that is off, or a port the kernel chooses, clashes with nothing
+    assert Settings(server={"port": 9000, "grpc_data_port": 9000, "grpc_data_enabled": False}).server.port == 9000
+    assert Settings(server={"port": 0, "grpc_port": 0, "grpc_data_port": 0}).server.grpc_port == 0
+
+
 def test_production_refuses_unsafe_choices(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValidationError, match="minilm"):
