@@ -91,7 +91,9 @@ class BeaconSet(BeaconReembedding):
         self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(
             self._flush_beacons, window, 512, self._commit_timing
         )
-        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(self._flush_agents, window * 10, 1024, self._commit_timing)
+        self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(
+            self._flush_agents, config.storage.soft_commit_window_s, 1024, self._commit_timing
+        )
         self._sweeper = Periodic("expired-beacon sweep", self.sweep, config.sweep_interval_s)
         self._standing_table: KeyedTable | None = None
         self._folded: set[str] = set()  # tenants whose leaf statistics changed since their last commit
@@ -397,9 +399,10 @@ class BeaconSet(BeaconReembedding):
 
     async def _drained(self) -> None:
         """Every change queued before this call is committed (an erase then rewrites what it left)."""
-        await self._background.drain()
-        await self._beacon_commit.flush()
-        await self._agent_commit.flush()
+        async with self._beacon_commit.urgent(), self._agent_commit.urgent():
+            await self._background.drain()
+            await self._beacon_commit.flush()
+            await self._agent_commit.flush()
 
     # ----------------------------------------------------------------- reembed
     async def close(self) -> None:

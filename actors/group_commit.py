@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -48,6 +48,7 @@ class GroupCommitter(Generic[T]):
         self._hurry = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self._inflight: asyncio.Future[None] | None = None
+        self._urgent = 0
 
     async def submit(self, items: list[T]) -> None:
         if not items:
@@ -65,7 +66,7 @@ class GroupCommitter(Generic[T]):
 
     async def _run(self) -> None:
         while self._pending.items:
-            if not self._hurry.is_set() and self._window_s > 0:
+            if not self._hurry.is_set() and self._window_s > 0 and not self._urgent:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._hurry.wait(), self._window_s)
             self._hurry.clear()
@@ -94,6 +95,17 @@ class GroupCommitter(Generic[T]):
             return
         self._hurry.set()
         await asyncio.gather(*(asyncio.shield(f) for f in waits), return_exceptions=True)
+
+    @contextlib.asynccontextmanager
+    async def urgent(self) -> AsyncIterator[None]:
+        """Inside this block no batch waits for its window (one waiting now flushes at once): for an owner
+        that drains its background submissions before it closes or erases, whatever the window."""
+        self._urgent += 1
+        self._hurry.set()
+        try:
+            yield
+        finally:
+            self._urgent -= 1
 
     async def close(self) -> None:
         """Flush what is pending; the committer stays usable (a later submit starts a new worker)."""

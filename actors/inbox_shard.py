@@ -73,7 +73,7 @@ class InboxShard:
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
         self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096, self._commit_timing)
         self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096, self._commit_timing)
-        self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, 1.0, 100_000)
+        self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, config.storage.soft_commit_window_s, 100_000)
         self._sweeper = Periodic("inbox retention sweep", self.sweep, config.retention.sweep_interval_s)
         self._trims = Background("inbox trim")
         self.dropped_acked = 0
@@ -267,7 +267,8 @@ class InboxShard:
             self._inboxes.pop(agent_id, None)
             self._durable_cursors.pop(agent_id, None)
             self._dirty_cursors.pop(agent_id, None)
-        await self._trims.drain()
+        async with self._trim_commit.urgent():
+            await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()  # pending appends land before the erase, never after
         assert self._deliveries is not None and self._cursors is not None
@@ -279,7 +280,8 @@ class InboxShard:
 
     async def close(self) -> None:
         await self._sweeper.stop()
-        await self._trims.drain()
+        async with self._trim_commit.urgent():
+            await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()
 

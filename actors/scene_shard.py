@@ -80,6 +80,7 @@ class SceneShard(SceneReembedding):
         self._lookup = lookup
         self._directory: Directory | None = None
         self._background = Background("scene shard commit")
+        self._touches = Background("access times")  # soft: what ``settle`` does not wait for
         self._propagator = (
             Propagator(config.propagation, self._dir, (config.index, self.neighbours_many)) if config.propagation else None
         )
@@ -90,6 +91,7 @@ class SceneShard(SceneReembedding):
             lambda: self.partition,
             self._background,
             config.storage.optimize_every,
+            config.storage.soft_commit_window_s,
         )
         self.partition = MemoryPartition(config.dims, config.tuning)
         self._cells: KeyedTable | None = None
@@ -105,12 +107,16 @@ class SceneShard(SceneReembedding):
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
         # Access times: a long window, so their upserts stay off the write path.
-        self._touch_commit: GroupCommitter[Record] = GroupCommitter(self._flush, 1.0, 100_000, self._commit_timing)
+        self._touch_commit: GroupCommitter[Record] = GroupCommitter(
+            self._flush, config.storage.soft_commit_window_s, 100_000, self._commit_timing
+        )
 
     async def close(self) -> None:
         """Finish background work and commit everything pending; the shard is then safe to drop."""
         await self.settle(30.0)
         await self._background.drain()
+        async with self._touch_commit.urgent():
+            await self._touches.drain()
         await self._walks.close()
         for committer in (self._commit, self._touch_commit):
             await committer.flush()
@@ -263,7 +269,7 @@ class SceneShard(SceneReembedding):
         assert self._cells is not None
         committed: list[Record] = [c for c in touched if c.id in self._cells]
         if committed and not self._switching:  # during a reembed switch a row must not get its old vector back
-            self._background.spawn(self._touch_commit.submit(committed))
+            self._touches.spawn(self._touch_commit.submit(committed))
 
     async def get_scene(self, tenant_id: str, scene_id: str) -> Scene:
         partition = await self._ready()

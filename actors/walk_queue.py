@@ -5,7 +5,9 @@ Guarantees:
   write was acknowledged; its completion is recorded in
   ``scene_shard_<n>_propagated``, and a restarted shard replays the walks of
   cells without that record (deliveries are idempotent by id, and a replayed
-  walk moves no agent node a second time).
+  walk moves no agent node a second time). The records are soft state,
+  committed at most once per ``soft_window_s`` (a LanceDB commit costs more CPU
+  than a walk): a crash replays at most that much of walks already done.
 - A failed batch is retried twice, then left for the next restart's replay.
 - ``quiesce(ids)``: when it returns no walk of ``ids`` is queued or running,
   and none starts again (an erase can then count and remove what they made).
@@ -42,11 +44,13 @@ class WalkQueue:
         partition: Callable[[], MemoryPartition],
         background: Background,
         optimize_every: int,
+        soft_window_s: float = 1.0,
     ) -> None:
         self._propagator = propagator
         self._batch = batch
         self._partition = partition
         self._background = background
+        self._marks = Background("walk marks")  # their commits: what ``settle`` does not wait for
         self._optimize_every = optimize_every
         self._queue: deque[Cell] = deque()
         self._queued_by_tenant: Counter[str] = Counter()  # the queue's cells per tenant (what admission weighs)
@@ -57,7 +61,7 @@ class WalkQueue:
         self._doomed: set[str] = set()  # planned for erasure: no walk starts for them
         self._walked: set[str] = set()
         self._table: RowTable | None = None
-        self._commit: GroupCommitter[str] = GroupCommitter(self._flush, 0.05, 1024)
+        self._commit: GroupCommitter[str] = GroupCommitter(self._flush, soft_window_s, 1024)
 
     @property
     def backlog(self) -> int:
@@ -83,7 +87,8 @@ class WalkQueue:
             self.enqueue(pending)
 
     def enqueue(self, cells: list[Cell]) -> None:
-        if self._propagator is None:
+        if self._propagator is None:  # walks are off: these cells count as walked, so turning walks on replays none
+            self.mark_walked([c.id for c in cells])
             return
         cells = [c for c in cells if c.id not in self._doomed]
         if not cells:
@@ -97,10 +102,11 @@ class WalkQueue:
         """Record cells that start no walk of their own (a Pattern abstracts cells whose diffs already went)."""
         self._walked.update(cell_ids)
         if cell_ids:
-            self._background.spawn(self._commit.submit(cell_ids))
+            self._marks.spawn(self._commit.submit(cell_ids))
 
     async def settle(self, timeout_s: float) -> int:
-        """Wait (at most ``timeout_s``) until every walk queued so far has finished; how many were queued."""
+        """Wait (at most ``timeout_s``) until every walk queued so far has finished (its deliveries
+        committed; its soft record may still be pending); how many were queued."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         pending = len(self._queue)
@@ -130,6 +136,7 @@ class WalkQueue:
     async def forget(self, cell_ids: Collection[str]) -> None:
         """Erase the walk records of ``cell_ids`` from memory and every data file."""
         assert self._table is not None
+        await self._commit.flush()  # no record of theirs lands after the delete
         await self._table.delete_where_in("cell_id", cell_ids)
         await self._table.purge()
         self._walked.difference_update(cell_ids)
@@ -141,6 +148,8 @@ class WalkQueue:
     async def close(self) -> None:
         if self._propagator is not None:
             await self._propagator.close()
+        async with self._commit.urgent():
+            await self._marks.drain()
         await self._commit.flush()
 
     async def _walk_loop(self) -> None:
@@ -178,7 +187,7 @@ class WalkQueue:
         fresh = [cell.id for cell in batch if cell.id not in self._walked and cell.id in partition.cells]
         self._walked.update(fresh)
         if fresh:
-            self._background.spawn(self._commit.submit(fresh))
+            self._marks.spawn(self._commit.submit(fresh))
 
     async def _flush(self, cell_ids: list[str]) -> None:
         assert self._table is not None

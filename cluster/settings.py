@@ -28,6 +28,7 @@ class StorageSettings(Section):
     uri: str | None = None  # any URI LanceDB accepts; default <data_dir>/lance
     options: dict[str, str] = Field(default_factory=dict)  # LanceDB storage options (endpoint, region, ...)
     commit_window_ms: float = Field(2.0, ge=0)
+    soft_commit_window_ms: float = Field(1000.0, ge=0, le=60_000)  # soft state: agent nodes, walk marks, touches, trims
     commit_max_rows: int = Field(1024, ge=1)
     optimize_every: int = Field(64, ge=1)
     cache_mb: int = Field(32, ge=1, le=65_536)  # per actor: LanceDB's index and metadata caches
@@ -98,6 +99,7 @@ class RateLimitSettings(Section):
 class PropagationSettings(Section):
     """The energy walk (docs/propagation.md): energy, costs, gate, fan-out."""
 
+    enabled: bool = True  # off: writes start no walk (nothing is pushed) and count as walked, so none is replayed later
     base_energy: float = Field(0.4, gt=0, le=10)
     salience_energy: float = Field(0.6, ge=0, le=10)
     min_cost: float = Field(0.05, gt=0)

@@ -120,6 +120,27 @@ async def test_submits_racing_a_flush_barrier_never_hang() -> None:
     assert sorted(flushed) == sorted(r * 10 + i for r in range(50) for i in range(9))
 
 
+async def test_an_urgent_committer_skips_its_window_for_waiting_and_later_batches() -> None:
+    flushed: list[list[int]] = []
+
+    async def flush(items: list[int]) -> None:
+        flushed.append(items)
+
+    committer: GroupCommitter[int] = GroupCommitter(flush, 3600.0, 100)  # soft state: a window nobody waits out
+    waiting = asyncio.create_task(committer.submit([1]))
+    await asyncio.sleep(0.01)
+    assert not waiting.done()
+    async with committer.urgent():
+        await asyncio.wait_for(waiting, timeout=5)  # the batch in its window flushed at once
+        await asyncio.wait_for(committer.submit([2]), timeout=5)  # and a later one does not wait either
+    assert flushed == [[1], [2]]
+    later = asyncio.create_task(committer.submit([3]))  # outside the block, the window applies again
+    await asyncio.sleep(0.01)
+    assert not later.done()
+    await committer.flush()
+    await later
+
+
 async def test_a_failed_flush_fails_its_submitters_and_the_next_batch_commits() -> None:
     attempts: list[list[int]] = []
 
