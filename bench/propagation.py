@@ -271,6 +271,10 @@ def main(argv: list[str] | None = None) -> Report:
             "MEMESH_RAY__ADDRESS": context.address_info["gcs_address"],
             "MEMESH_RATE_LIMITS__INBOX__RATE": "0",
             "MEMESH_RATE_LIMITS__ADMIN__RATE": "0",
+            # how fast a push travels, not what a node's budget lets through (bench.push_quality): with the
+            # default 4 standouts and 32 close matches per node an hour, the 33rd write reached no inbox
+            "MEMESH_PROPAGATION__NODE_BUDGET": "100000",
+            "MEMESH_PROPAGATION__CLOSE_MATCH_BUDGET": "100000",
         }
         with MemeshServer("hash", env=env) as server:
             if not only or "latency" in only:
