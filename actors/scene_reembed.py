@@ -36,6 +36,8 @@ class SceneReembedding:
 
         async def _ready(self) -> MemoryPartition: ...
 
+        async def _touches_landed(self) -> None: ...
+
     async def reembed_count(self) -> int:
         partition = await self._ready()
         return len(partition.cells)
@@ -74,8 +76,10 @@ class SceneReembedding:
         """
         await self._ready()
         self._switching = True
-        for committer in (self._commit, self._touch_commit):
-            await committer.flush()
+        # A touch recall handed over before the switch began lands now, not after the staged rows (it
+        # would write the old vector back): flushing the committer alone misses one not yet submitted.
+        await self._touches_landed()
+        await self._commit.flush()
         cells = self._switched_cells(engine)
         await self._write_cells(cells)
         return writer_sums(cells, self.config.dims)

@@ -115,11 +115,16 @@ class SceneShard(SceneReembedding):
         """Finish background work and commit everything pending; the shard is then safe to drop."""
         await self.settle(30.0)
         await self._background.drain()
-        async with self._touch_commit.urgent():
-            await self._touches.drain()
+        await self._touches_landed()
         await self._walks.close()
         for committer in (self._commit, self._touch_commit):
             await committer.flush()
+
+    async def _touches_landed(self) -> None:
+        """Every access-time commit recall handed over so far has landed (at once, whatever the window)."""
+        async with self._touch_commit.urgent():
+            await self._touches.drain()
+        await self._touch_commit.flush()
 
     async def retire(self) -> None:
         """Stop walking and commit everything pending: an online resize replaces this shard. Walks not
