@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from actors.lance_import import import_lancedb
 from mesh.errors import ConfigInvalid, MemeshError, StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -118,8 +119,7 @@ def _chunks(values: list[str], size: int = DELETE_CHUNK) -> Iterator[list[str]]:
 def warm_up(_actor: object = None) -> bool:
     """Import LanceDB now (it takes seconds: its client models are built at import), so an actor started
     ahead of a partition move does not pay it on its first request (``RayDirectory.prepare_partitions``)."""
-    import lancedb  # noqa: F401
-
+    import_lancedb()
     return True
 
 
@@ -137,7 +137,7 @@ class LanceStore:
         """Connect with bounded caches: LanceDB's default session grows with every
         committed version (about 180 MB more over 3,000 single-row commits here),
         and memesh searches its own in-memory vectors, not LanceDB indexes."""
-        import lancedb  # imported here: the head process never opens a table
+        lancedb = import_lancedb()  # imported here: the head process never opens a table
 
         cache_bytes = config.cache_mb << 20
         with storage_errors("connect"):
