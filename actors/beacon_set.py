@@ -89,7 +89,7 @@ class BeaconSet(BeaconReembedding):
         window = config.storage.commit_window_s
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
         self._beacon_commit: GroupCommitter[tuple[str, Beacon | None]] = GroupCommitter(
-            self._flush_beacons, window, 512, self._commit_timing
+            self._flush_beacons, window, 512, self._commit_timing, adaptive=True
         )
         self._agent_commit: GroupCommitter[AgentNode] = GroupCommitter(
             self._flush_agents, config.storage.soft_commit_window_s, 1024, self._commit_timing

@@ -34,16 +34,27 @@ class GroupCommitter(Generic[T]):
       has been flushed (skipping the window), whatever the outcome. The worker
       is never cancelled: it ends by itself when nothing is pending, and the
       next ``submit`` starts a new one.
+    - ``adaptive`` (the acknowledged writes' committers): a batch that starts while the
+      committer is idle (no flush ended within the last window) flushes at once, so a lone
+      write pays no window; under load the window gathers the writes that follow.
+      Without it (soft state) every batch waits its window: fewer commits is the point.
     """
 
     def __init__(
-        self, flush: Callable[[list[T]], Awaitable[None]], window_s: float, max_items: int, timing: Histogram | None = None
+        self,
+        flush: Callable[[list[T]], Awaitable[None]],
+        window_s: float,
+        max_items: int,
+        timing: Histogram | None = None,
+        adaptive: bool = False,
     ) -> None:
         """``timing``, when given, observes how long each flush took (seconds), failed ones included."""
         self._flush = flush
         self._timing = timing
         self._window_s = window_s
         self._max_items = max_items
+        self._adaptive = adaptive
+        self._last_flush_end = float("-inf")
         self._pending: _Batch[T] = _Batch()
         self._hurry = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
@@ -66,7 +77,8 @@ class GroupCommitter(Generic[T]):
 
     async def _run(self) -> None:
         while self._pending.items:
-            if not self._hurry.is_set() and self._window_s > 0 and not self._urgent:
+            idle = self._adaptive and time.monotonic() - self._last_flush_end >= self._window_s
+            if not self._hurry.is_set() and self._window_s > 0 and not self._urgent and not idle:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._hurry.wait(), self._window_s)
             self._hurry.clear()
@@ -85,8 +97,9 @@ class GroupCommitter(Generic[T]):
                 batch.done.set_result(None)
             finally:
                 self._inflight = None
+                self._last_flush_end = time.monotonic()
                 if self._timing is not None:
-                    self._timing.observe(time.monotonic() - started)
+                    self._timing.observe(self._last_flush_end - started)
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is flushed (a barrier; failures stay with their submitters)."""

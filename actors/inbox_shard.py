@@ -71,8 +71,12 @@ class InboxShard:
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
-        self._delivery_commit: GroupCommitter[int] = GroupCommitter(self._flush_deliveries, window, 4096, self._commit_timing)
-        self._cursor_commit: GroupCommitter[int] = GroupCommitter(self._flush_cursors, window, 4096, self._commit_timing)
+        self._delivery_commit: GroupCommitter[int] = GroupCommitter(
+            self._flush_deliveries, window, 4096, self._commit_timing, adaptive=True
+        )
+        self._cursor_commit: GroupCommitter[int] = GroupCommitter(
+            self._flush_cursors, window, 4096, self._commit_timing, adaptive=True
+        )
         self._trim_commit: GroupCommitter[str] = GroupCommitter(self._flush_trims, config.storage.soft_commit_window_s, 100_000)
         self._sweeper = Periodic("inbox retention sweep", self.sweep, config.retention.sweep_interval_s)
         self._trims = Background("inbox trim")

@@ -74,11 +74,11 @@ class Registry:
         self._descriptors: dict[str, str] = {}  # agent id -> descriptor JSON (inert metadata, never used for auth)
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
-        self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, window, 256)
-        self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, window, 256)
+        self._agent_commit: GroupCommitter[Agent] = GroupCommitter(self._flush_agents, window, 256, adaptive=True)
+        self._session_commit: GroupCommitter[Session] = GroupCommitter(self._flush_sessions, window, 256, adaptive=True)
         self._subjects: dict[str, SubjectBinding] = {}  # federated subjects (see that section)
         self._subject_table: KeyedTable | None = None
-        self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, window, 256)
+        self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, window, 256, adaptive=True)
         self._open_sessions: dict[str, int] = {}  # agent id -> open sessions
         self._skipped = 0  # stored rows the last load could not decode
         self._sweeper = Periodic("closed-session sweep", self.sweep, config.sweep_interval_s)

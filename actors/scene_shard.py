@@ -101,7 +101,7 @@ class SceneShard(SceneReembedding):
         window = config.storage.commit_window_s
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
         self._commit: GroupCommitter[Record] = GroupCommitter(
-            self._flush, window, config.storage.commit_max_rows, self._commit_timing
+            self._flush, window, config.storage.commit_max_rows, self._commit_timing, adaptive=True
         )
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged

@@ -110,11 +110,12 @@ def write_to_inbox(server: MemeshServer, report: Report, writes: int) -> None:
     with server.client(listener) as http:
         http.post("/v1/beacons", json={"interest": TOPIC}).raise_for_status()
     url = server.base_url.replace("http://", "ws://") + "/v1/inbox"
-    latencies = []
+    latencies, acks = [], []
     with connect(url, additional_headers={"x-service-key": listener}, open_timeout=30) as ws, server.client(writer) as http:
         for i in range(writes):
             t0 = time.perf_counter()
             cell = http.post("/v1/cells", json={"content": f"{TOPIC} number {i}", "cell_type": "Risk"}).json()
+            acks.append(time.perf_counter() - t0)
             while True:
                 frame = json.loads(ws.recv(timeout=30))
                 if frame.get("diff", {}).get("cell_id") == cell["id"]:
@@ -125,6 +126,11 @@ def write_to_inbox(server: MemeshServer, report: Report, writes: int) -> None:
     p50, p99 = 1000 * percentile(latencies, 50), 1000 * percentile(latencies, 99)
     report.add("propagation", f"write-to-inbox p50 (n={writes})", p50, "ms", "target", 50.0)
     report.add("propagation", f"write-to-inbox p99 (n={writes})", p99, "ms")
+    # the same path split where the writer's answer arrives: the write itself, then its walk to the stream
+    report.add("propagation", "of which the write's own answer p50", 1000 * percentile(acks, 50), "ms")
+    walks = [total - ack for total, ack in zip(latencies, acks, strict=True)]
+    report.add("propagation", "of which answer to frame p50", 1000 * percentile(walks, 50), "ms")
+    report.add("propagation", "of which answer to frame p99", 1000 * percentile(walks, 99), "ms")
 
 
 def deliveries_per_second(server: MemeshServer, report: Report, listeners: int, cells: int) -> None:

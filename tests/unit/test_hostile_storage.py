@@ -141,6 +141,40 @@ async def test_an_urgent_committer_skips_its_window_for_waiting_and_later_batche
     await later
 
 
+async def test_an_adaptive_committer_flushes_a_lone_write_at_once_and_gathers_the_writes_under_load() -> None:
+    flushed: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def flush(items: list[int]) -> None:
+        flushed.append(items)
+        await gate.wait()
+
+    window = 0.5
+    committer: GroupCommitter[int] = GroupCommitter(flush, window, 100, adaptive=True)
+    lone = asyncio.create_task(committer.submit([1]))
+    await asyncio.sleep(0.01)
+    assert flushed == [[1]], "a lone write on an idle committer waited for its window"
+    followers = [asyncio.create_task(committer.submit([n])) for n in (2, 3)]  # arrive while [1] is committing
+    gate.set()
+    await asyncio.wait_for(lone, timeout=5)
+    await asyncio.sleep(0.05)
+    assert flushed == [[1]] and not any(f.done() for f in followers), "under load the window no longer gathered"
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(asyncio.gather(*followers), timeout=5)
+    assert flushed == [[1], [2, 3]]  # one commit for both, after the window
+    assert asyncio.get_running_loop().time() - started > window / 2
+    await asyncio.sleep(window * 1.2)  # idle again: the next lone write is not held back
+    again = asyncio.create_task(committer.submit([4]))
+    await asyncio.sleep(0.01)
+    assert again.done() and flushed[-1] == [4]
+    plain: GroupCommitter[int] = GroupCommitter(flush, window, 100)  # soft state keeps its window
+    soft = asyncio.create_task(plain.submit([5]))
+    await asyncio.sleep(0.01)
+    assert not soft.done()
+    await plain.flush()
+    await soft
+
+
 async def test_a_failed_flush_fails_its_submitters_and_the_next_batch_commits() -> None:
     attempts: list[list[int]] = []
 
