@@ -218,6 +218,15 @@ class InboxShard:
             page.window_low,
         )
 
+    async def next_page(
+        self, agent_id: str, since: int, max_batch: int, read_scope: frozenset[str], timeout_s: float
+    ) -> PullResult:
+        """A stream's step in one call: the page after ``since`` in sequence order as soon as a delivery
+        above ``since`` is committed, or after ``timeout_s`` whatever there is (often nothing). Its
+        ``window_high`` passes deliveries the read scope hides, so a stream moves past them."""
+        await self.wait(agent_id, since, timeout_s)
+        return await self.pull(agent_id, since, None, None, max_batch, read_scope, by_seq=True)
+
     async def ack(self, agent_id: str, ack: int) -> int:
         """Apply an acknowledgement alone (the stream's ack frames); returns the committed cursor."""
         await self._ready()

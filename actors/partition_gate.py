@@ -33,7 +33,9 @@ from contextvars import ContextVar
 
 from mesh.errors import Unavailable
 
-IDLE_WAITS = frozenset({"wait"})  # an inbox long poll: it may last many seconds and changes nothing
+# Inbox long polls: they may last many seconds and change nothing (``next_page`` ends in a read of the
+# page, which a retired actor still answers; the stream's next call meets the new layout).
+IDLE_WAITS = frozenset({"wait", "next_page"})
 _IN_OPERATION: ContextVar[bool] = ContextVar("memesh_partition_operation", default=False)
 
 

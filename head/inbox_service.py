@@ -145,6 +145,13 @@ class InboxService:
         cursor: int = await self._inbox(principal).cursor(principal.agent_id)
         return cursor
 
+    async def next_page(self, principal: Principal, since: int, timeout_s: float) -> PullResult:
+        """The stream's next page after ``since`` (one shard call: it waits up to ``timeout_s`` for one)."""
+        result: PullResult = await self._inbox(principal).next_page(
+            principal.agent_id, since, self.limits.max_batch, principal.read_scope, timeout_s
+        )
+        return result
+
     async def wait(self, principal: Principal, after_seq: int, timeout_s: float) -> int:
         top: int = await self._inbox(principal).wait(principal.agent_id, after_seq, timeout_s)
         return top

@@ -113,11 +113,7 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credentia
     while websocket.application_state is WebSocketState.CONNECTED:
         try:
             principal = await credential.check()
-            page = await memesh.inbox.pull(principal, since=sent, ack=None, limit=None, by_seq=True)
-            if not page.has_more and not page.count:
-                await memesh.inbox.wait(principal, sent, STREAM_WAIT_S)
-                failures = 0
-                continue
+            page = await memesh.inbox.next_page(principal, sent, STREAM_WAIT_S)  # waits for one, in the shard
         except Unavailable:
             failures += 1
             if failures > STREAM_RETRIES:
@@ -128,7 +124,7 @@ async def _send_loop(websocket: WebSocket, memesh: Memesh, credential: Credentia
         for item in page.items:  # rendered once, when the walk delivered it
             await credential.check()  # the key must still hold when each item goes out (a cache hit while it does)
             await websocket.send_text(item)
-        sent = max(sent, page.window_high)
+        sent = max(sent, page.window_high)  # past what the key's read scope hides too: never asked for again
 
 
 async def _receive_loop(websocket: WebSocket, memesh: Memesh, credential: Credential) -> None:

@@ -117,8 +117,10 @@ class InboxStreams:
     async def _send(self, context: grpc.aio.ServicerContext, credential: Credential, since: int | None, embed: bool) -> None:
         inbox = self.memesh.inbox
         position = since if since is not None else await _retrying(partial(inbox.cursor, credential.principal))
+        wait_s = 0.0
         while True:
-            page = await _retrying(partial(self._page, credential, position), credential)
+            page = await _retrying(partial(self._page, credential, position, wait_s), credential)
+            wait_s = 0.0
             resync = resync_of(position, page)
             if resync is not None:
                 await context.write(pb.InboxEvent(resync=pb.Resync(reason=resync.reason, resume_after=resync.resume_after)))
@@ -132,11 +134,12 @@ class InboxStreams:
             if page.has_more:
                 continue
             await context.write(pb.InboxEvent(progress=pb.Progress(window_high=position, cursor=page.cursor)))
-            await _retrying(partial(inbox.wait, credential.principal, position, self.progress_s))
+            wait_s = self.progress_s  # the next page waits in the shard for a delivery (one call, not two)
 
-    async def _page(self, credential: Credential, position: int) -> PullResult:
-        """The next window after ``position``, items in ascending sequence, for the principal just checked."""
-        return await self.memesh.inbox.pull(credential.principal, since=position, ack=None, limit=None, by_seq=True)
+    async def _page(self, credential: Credential, position: int, wait_s: float) -> PullResult:
+        """The next window after ``position``, items in ascending sequence, for the principal just checked;
+        when nothing is committed after ``position``, it waits up to ``wait_s`` for a delivery first."""
+        return await self.memesh.inbox.next_page(credential.principal, position, wait_s)
 
 
 async def _retrying(call: Callable[[], Awaitable[T]], credential: Credential | None = None) -> T:

@@ -309,3 +309,70 @@ async def test_a_tenant_flooding_the_walk_backlog_waits_and_another_tenant_does_
         assert (await core.health())["cells"] == 151
     finally:
         await core.close()
+
+
+async def test_a_stream_step_passes_what_the_read_scope_hides_and_then_waits(core: Memesh) -> None:
+    """A delivery the key may not read (another project) ends the page's window like any other: the
+    stream moves past it and the next step waits in the shard instead of returning at once (the WebSocket
+    loop asked for it again and again while nothing readable came: a spin of two actor calls)."""
+    scoped, _ = await agent(core, "t1", "Reader", ["alpha"])
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(scoped, "kubernetes helm deployment")
+    await write(core, writer, "kubernetes helm deployment runbook for beta", project_id="beta", salience=0.9)
+    hidden = await core.inbox.next_page(scoped, 0, 0.0)
+    assert hidden.count == 0 and not hidden.has_more and hidden.window_high >= 1  # delivered, not readable
+    started = asyncio.get_running_loop().time()
+    idle = await core.inbox.next_page(scoped, hidden.window_high, 0.5)
+    assert asyncio.get_running_loop().time() - started >= 0.45 and idle.count == 0
+    waiting = asyncio.create_task(core.inbox.next_page(scoped, hidden.window_high, 30.0))
+    seen = await write(core, writer, "kubernetes helm deployment runbook for alpha", project_id="alpha", salience=0.9)
+    page = await asyncio.wait_for(waiting, 10)
+    assert [json.loads(i)["diff"]["cell_id"] for i in page.items] == [seen]
+
+
+async def test_the_websocket_loop_does_not_spin_on_a_hidden_delivery(core: Memesh) -> None:
+    """The WebSocket send loop over the real core; only the socket is a stand-in (it records frames)."""
+    from starlette.websockets import WebSocketState
+
+    from api.admission import Credential
+    from api.data.inbox import _send_loop
+
+    scoped, key = await agent(core, "t1", "Reader", ["alpha"])
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(scoped, "kubernetes helm deployment")
+    await write(core, writer, "kubernetes helm deployment runbook for beta", project_id="beta", salience=0.9)
+
+    class Socket:
+        def __init__(self) -> None:
+            self.application_state = WebSocketState.CONNECTED
+            self.frames: list[str] = []
+
+        async def send_text(self, text: str) -> None:
+            self.frames.append(text)
+
+    steps = 0
+
+    def counted(call: Callable[..., Any]) -> Callable[..., Any]:
+        async def counting(*args: Any, **kw: Any) -> Any:
+            nonlocal steps
+            steps += 1
+            return await call(*args, **kw)
+
+        return counting
+
+    for name in ("next_page", "pull", "wait"):  # every inbox call a stream loop could make
+        setattr(core.inbox, name, counted(getattr(core.inbox, name)))
+    socket = Socket()
+    loop = asyncio.create_task(_send_loop(socket, core, Credential(core, key, scoped, asyncio.Event())))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(1.0)
+        assert steps <= 2 and socket.frames == []
+        seen = await write(core, writer, "kubernetes helm deployment runbook for alpha", project_id="alpha", salience=0.9)
+        for _ in range(100):
+            if socket.frames:
+                break
+            await asyncio.sleep(0.05)
+        assert [json.loads(f)["diff"]["cell_id"] for f in socket.frames] == [seen]
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
