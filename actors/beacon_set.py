@@ -256,12 +256,18 @@ class BeaconSet(BeaconReembedding):
             key=lambda b: b.id,
         )
 
-    async def neighbours_many(self, requests: list[NeighbourRequest], now: datetime) -> list[dict[str, list[Candidate]]]:
+    async def neighbours_many(
+        self, requests: list[NeighbourRequest], now: datetime, moves: list[tuple[str, str, Vector]] | None = None
+    ) -> list[dict[str, list[Candidate]]]:
         """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer.
 
-        The diffs of requests marked ``observe`` are first folded into their tenant's leaf
-        statistics (one product per tenant), so every walk of the batch is judged on the same ones."""
+        ``moves`` (a batch's first wave): the writers' agent nodes held here move first, as
+        ``observe_many`` would (one message instead of two). Then the diffs of requests marked
+        ``observe`` are folded into their tenant's leaf statistics (one product per tenant), so
+        every walk of the batch is judged on the same ones."""
         await self._ready()
+        if moves:
+            await self._move_agents(moves)
         self._fold([r for r in requests if r.observe])
         answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
         groups: dict[tuple[str, str | None], list[int]] = {}
@@ -315,6 +321,9 @@ class BeaconSet(BeaconReembedding):
     async def observe_many(self, observations: list[tuple[str, str, Vector]]) -> None:
         """Move agent nodes by the cells their agents just wrote: (agent_id, tenant_id, vector) each."""
         await self._ready()
+        await self._move_agents(observations)
+
+    async def _move_agents(self, observations: list[tuple[str, str, Vector]]) -> None:
         changed: dict[str, AgentNode] = {}
         for agent_id, tenant_id, vector in observations:
             node = self.agents.get(agent_id) or AgentNode(agent_id, tenant_id, np.zeros(self.config.dims, dtype=np.float64))

@@ -42,6 +42,7 @@ DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 YIELD_EVERY = 8  # walks advanced between two turns of the event loop
 LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[list[dict[str, list[Candidate]]]]]
+Moves = dict[int, list[tuple[str, str, Vector]]]  # beacon set index -> (agent id, tenant id, vector) moves
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +101,25 @@ class Propagator:
         """Decide one walk (no deliveries made)."""
         return (await self.walk_many([(cell, origin_vector)], now))[0]
 
-    async def walk_many(self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool = False) -> list[WalkResult]:
+    async def walk_many(
+        self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool = False, moves: Moves | None = None
+    ) -> list[WalkResult]:
         """Decide many walks in lockstep: each wave is one ``neighbours_many`` message per node owner.
 
         Each walk advances only on its own complete wave, so batching changes
         no outcome; it only shares the messages and the matrix products.
         ``observe``: the first wave asks the leaves' owners to fold the diffs into
         their statistics before answering (a batch's first attempt only).
+        ``moves`` (beacon set index -> the writers' agent-node moves it holds): carried by
+        the first wave's message to that set, which applies them before it answers; every
+        set with moves is asked in that wave, with every request of the tenants it moves.
+        Each agent node lives in one set, so every walk sees the mesh after all moves, as
+        when they were sent ahead (``observe_many``) and waited for.
         """
         directory = self._directory()
         policy = self.config.policy
         states = [WalkState.start(policy, cell.scene_id or cell.id, origin, cell.salience) for cell, origin in jobs]
+        pending = dict(moves or {})
         while True:
             active = [n for n, state in enumerate(states) if not state.done]
             if not active:
@@ -127,9 +136,13 @@ class Propagator:
                 )
                 for n in active
             ]
-            asked = [(owner, self._addressed(owner, requests)) for owner in owners_of(directory)]
-            asked = [(owner, positions) for owner, positions in asked if positions]
-            calls = [self._neighbours(directory, owner, [requests[p] for p in positions], now) for owner, positions in asked]
+            asked = [(owner, self._addressed(owner, requests, pending)) for owner in owners_of(directory)]
+            asked = [(owner, positions) for owner, positions in asked if positions or self._moves_of(owner, pending)]
+            calls = [
+                self._neighbours(directory, owner, [requests[p] for p in positions], now, self._moves_of(owner, pending))
+                for owner, positions in asked
+            ]
+            pending = {}  # carried by this wave
             self.messages += sum(1 for (kind, i), _ in asked if not self._is_local(kind, i))
             parts = await asyncio.gather(*calls)
             gathered: list[list[dict[str, list[Candidate]]]] = [[] for _ in active]
@@ -140,6 +153,8 @@ class Propagator:
                 states[n].advance(merge_candidates(gathered[position], policy.fan_out, policy.leaf_fan_out))
                 if position % YIELD_EVERY == YIELD_EVERY - 1:
                     await asyncio.sleep(0)  # searches queued on this actor run between walks, not after the wave
+        if pending:  # no walk had a wave to carry them (all ended at the start): sent on their own
+            await asyncio.gather(*(directory.beacon_set(i).observe_many(obs) for i, obs in pending.items()))
         self.walks += len(jobs)
         return [
             WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
@@ -148,19 +163,30 @@ class Propagator:
     def _is_local(self, kind: str, index: int) -> bool:
         return kind == "scene_shard" and self._local is not None and self._local[0] == index
 
-    def _addressed(self, owner: Owner, requests: list[NeighbourRequest]) -> list[int]:
+    @staticmethod
+    def _moves_of(owner: Owner, pending: Moves) -> list[tuple[str, str, Vector]] | None:
+        return pending.get(owner[1]) if owner[0] == "beacon_set" else None
+
+    def _addressed(self, owner: Owner, requests: list[NeighbourRequest], pending: Moves) -> list[int]:
         """Positions of the requests ``owner`` is asked: those whose tenant it may hold (all of them for the
-        local shard, whose answer costs no message, or when walks are not owner-addressed)."""
+        local shard, whose answer costs no message, or when walks are not owner-addressed), and those of
+        the tenants whose agent nodes it moves in this wave (it may hold the first node of one)."""
         if not self.config.owner_addressed or self._is_local(*owner):
             return list(range(len(requests)))
-        return [p for p, r in enumerate(requests) if self.presence.may_hold(owner, r.tenant_id)]
+        moved = {tenant for _, tenant, _ in self._moves_of(owner, pending) or ()}
+        return [p for p, r in enumerate(requests) if r.tenant_id in moved or self.presence.may_hold(owner, r.tenant_id)]
 
     def _neighbours(
-        self, directory: Directory, owner: Owner, requests: list[NeighbourRequest], now: datetime
+        self,
+        directory: Directory,
+        owner: Owner,
+        requests: list[NeighbourRequest],
+        now: datetime,
+        moves: list[tuple[str, str, Vector]] | None = None,
     ) -> Awaitable[list[dict[str, list[Candidate]]]]:
         kind, index = owner
         if kind == "beacon_set":
-            return directory.beacon_set(index).neighbours_many(requests, now)
+            return directory.beacon_set(index).neighbours_many(requests, now, moves)
         if self._local is not None and self._is_local(kind, index):
             return self._local[1](requests)
         return directory.scene_shard(index).neighbours_many(requests)
@@ -197,19 +223,19 @@ class Propagator:
     async def propagate_many(self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool = True) -> list[WalkResult]:
         """``propagate`` for a batch of written cells: agent nodes, walks, deliveries, traces.
 
-        The writers' agent nodes move first (one message per BeaconSet, answered
-        before the soft commit of the new means), so every walk of the batch sees
-        the same mesh whatever the timing. ``observe=False`` skips that step: a
-        retried batch or a replay after a restart must not count a cell twice.
+        The writers' agent nodes move first (carried by the first wave's message to
+        each BeaconSet, applied before it answers and before the soft commit of the
+        new means), so every walk of the batch sees the same mesh whatever the
+        timing. ``observe=False`` skips that step: a retried batch or a replay
+        after a restart must not count a cell twice.
         """
         directory = self._directory()
-        if observe:
-            observations: dict[int, list[tuple[str, str, Vector]]] = defaultdict(list)
+        moves: Moves = defaultdict(list)
+        if observe:  # carried by the first wave (walk_many): one message per set instead of two
             for cell, _ in jobs:
                 index = beacon_set_index(directory, cell.source_agent)
-                observations[index].append((cell.source_agent, cell.tenant_id, cell.embedding))
-            await asyncio.gather(*(directory.beacon_set(i).observe_many(obs) for i, obs in observations.items()))
-        results = await self.walk_many(jobs, now, observe)
+                moves[index].append((cell.source_agent, cell.tenant_id, cell.embedding))
+        results = await self.walk_many(jobs, now, observe, dict(moves))
         by_shard: dict[int, list[InboxDelivery]] = defaultdict(list)
         for (cell, _), result in zip(jobs, results, strict=True):
             if not result.reaches:

@@ -4,6 +4,8 @@ exactly what messaging every owner decides (``mesh.presence``, ``actors.propagat
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
@@ -183,5 +185,43 @@ async def test_every_walker_knows_a_superset_of_what_each_owner_holds(make_core:
                 assert view.known((kind, index))
                 assert all(view.may_hold((kind, index), t) for t in held)
                 assert not view.may_hold((kind, index), "tenant-nobody")
+    finally:
+        await core.close()
+
+
+async def test_a_walk_carries_its_writers_agent_moves_in_its_first_wave(make_core: Callable[..., Memesh]) -> None:
+    """The writer's agent node moves inside the first wave's message to its beacon set (no separate
+    ``observe_many`` call ahead of the walk); the set is asked even when no walker knew it holds the tenant;
+    a batch whose walks all end before a wave still moves its writers' nodes."""
+    core = make_core(**SHARDS)
+    try:
+        writer = await _principal(core, "t-moves")
+        index = beacon_set_index(core.directory, writer.agent_id)
+        beacons: BeaconSet = core.directory.beacon_set(index).target  # type: ignore[attr-defined]
+        calls: dict[str, list[Any]] = {"observe_many": [], "neighbours_many": []}
+        for name in calls:
+            original = getattr(beacons, name)
+
+            def spy(*args: Any, _name: str = name, _call: Any = original, **kw: Any) -> Any:
+                calls[_name].append(args)
+                return _call(*args, **kw)
+
+            setattr(beacons, name, spy)
+        await _known_everywhere(core)  # every walker knows this set holds nothing of the tenant yet
+        await core.memory.write_cells(writer, [NewCell(content="kafka consumer lag", cell_type=CellType.FACT, salience=0.8)])
+        await settle(core)
+        assert calls["observe_many"] == []
+        carried = [args for args in calls["neighbours_many"] if len(args) > 2 and args[2]]
+        assert len(carried) == 1 and [m[0] for m in carried[0][2]] == [writer.agent_id]
+        assert beacons.agents[writer.agent_id].count == 1
+
+        (shard,) = [s for s in map(partial(_shard, core), range(4)) if s.partition.cells]  # the writer's cells
+        propagator = shard._propagator
+        assert propagator is not None
+        propagator.config = replace(propagator.config, policy=replace(propagator.config.policy, max_hops=0))
+        await core.memory.write_cells(writer, [NewCell(content="kafka consumer lag again", cell_type=CellType.FACT)])
+        await settle(core)
+        assert len(calls["observe_many"]) == 1, "a batch with no wave left its writer's agent node where it was"
+        assert beacons.agents[writer.agent_id].count == 2
     finally:
         await core.close()
