@@ -12,7 +12,7 @@ PROBE = """
 import time
 from pydantic import BaseModel, ValidationError
 from pydantic._internal._config import config_defaults
-from actors.lance_import import import_lancedb
+from actors.storage import import_lancedb
 
 lancedb = import_lancedb()
 assert import_lancedb() is lancedb
@@ -45,7 +45,7 @@ def test_a_table_round_trips_after_the_deferred_import(tmp_path: object) -> None
     probe = f"""
 import asyncio
 import pyarrow as pa
-from actors.lance_import import import_lancedb
+from actors.storage import import_lancedb
 lancedb = import_lancedb()
 
 async def main():
