@@ -34,7 +34,8 @@ from contextvars import ContextVar
 from mesh.errors import Unavailable
 
 # Inbox long polls: they may last many seconds and change nothing (``next_page`` ends in a read of the
-# page, which a retired actor still answers; the stream's next call meets the new layout).
+# page, which a retired actor still answers; the stream's next call meets the new layout). The read may
+# retry committing a cursor whose ack already failed: that ack was answered with an error, not lost.
 IDLE_WAITS = frozenset({"wait", "next_page"})
 _IN_OPERATION: ContextVar[bool] = ContextVar("memesh_partition_operation", default=False)
 

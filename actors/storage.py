@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
@@ -91,6 +92,9 @@ def _chunks(values: list[str], size: int = DELETE_CHUNK) -> Iterator[list[str]]:
         yield values[start : start + size]
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
 def import_lancedb() -> ModuleType:
     """``lancedb``, imported with the pydantic models it defines built on first use (``defer_build``:
     they validate exactly as eagerly built ones; models defined before or after keep the defaults).
@@ -105,12 +109,13 @@ def import_lancedb() -> ModuleType:
         import lancedb
 
         return lancedb
-    before = config_defaults["defer_build"]
-    config_defaults["defer_build"] = True
-    try:
-        import lancedb
-    finally:
-        config_defaults["defer_build"] = before
+    with _IMPORT_LOCK:  # two threads interleaving here could leave the deferral on for the process
+        before = config_defaults["defer_build"]
+        config_defaults["defer_build"] = True
+        try:
+            import lancedb
+        finally:
+            config_defaults["defer_build"] = before
     return lancedb
 
 
