@@ -238,6 +238,19 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
     assert {"id": listener.agent_id, "cursor": 1} in stored
 
 
+def hold_walks(core: Memesh) -> asyncio.Event:
+    """Scene shard 0's walks wait until the returned event is set (its queue fills meanwhile)."""
+    propagator = core.directory.scene_shard(0).target._propagator  # type: ignore[attr-defined]
+    walking, release = propagator.propagate_many, asyncio.Event()
+
+    async def held(*args: Any, **kw: Any) -> Any:
+        await release.wait()
+        return await walking(*args, **kw)
+
+    propagator.propagate_many = held
+    return release
+
+
 async def test_writes_wait_while_a_shards_walk_backlog_is_at_its_bound(make_core: Callable[..., Memesh]) -> None:
     """A batch leaves 60 walks queued (walked one at a time); past the bound of 10 the next write is a 429 with
     Retry-After that stores nothing; once the walks drain, writes go through again and every walk ran."""
@@ -245,11 +258,13 @@ async def test_writes_wait_while_a_shards_walk_backlog_is_at_its_bound(make_core
     try:
         api = Api(core)
         key = (await agent(core))[1]
+        release = hold_walks(core)  # how many walks drain between two requests is timing
         many = {"cells": [{"content": f"runbook step {i} for the deploy", "cell_type": "Fact"} for i in range(60)]}
         assert (await api.send("POST", "/v1/cells:batch", key, many)).status_code == 201
         refused = await api.send("POST", "/v1/cells", key, {"content": "one more", "cell_type": "Fact"})
         assert_error(refused, 429, "rate_limited")
         assert refused.headers["retry-after"] == "1"
+        release.set()
         await settle(core)
         health = await core.health()
         assert health["walk_backlog"] == 0 and health["cells"] == 60  # the refused write stored nothing
@@ -301,14 +316,7 @@ async def test_a_tenant_flooding_the_walk_backlog_waits_and_another_tenant_does_
         _, quiet = await agent(core, tenant="t-quiet")
         # Walks are held while the backlog is probed: how many drain between two requests is timing (a CI
         # run drained more than 50 between the batch and the next write once walks got cheaper).
-        propagator = core.directory.scene_shard(0).target._propagator  # type: ignore[attr-defined]
-        walking, release = propagator.propagate_many, asyncio.Event()
-
-        async def held(*args: Any, **kw: Any) -> Any:
-            await release.wait()
-            return await walking(*args, **kw)
-
-        propagator.propagate_many = held
+        release = hold_walks(core)
         many = {"cells": [{"content": f"runbook step {i}", "cell_type": "Fact"} for i in range(150)]}
         assert (await api.send("POST", "/v1/cells:batch", flooder, many)).status_code == 201
         one_more = {"content": "one more", "cell_type": "Fact"}
