@@ -3,8 +3,9 @@
 Guarantees:
 - Single writer of its tables (``scene_shard_<n>_cells``, ``..._scenes``,
   ``..._propagated``).
-- ``write`` answers only after the cells (and any scenes they founded) are
-  committed; a retried write with the same cell ids is a no-op that returns
+- ``write`` answers only after the cells are committed (the scenes they
+  founded commit beside them; a load restores any whose row did not land, so
+  a committed cell loads whole); a retried write with the same cell ids is a no-op that returns
   the stored cells, so Ray may replay it after a restart.
 - What is written is always the record as memory holds it at commit time, and
   only while memory still holds it: a change queued before an erase or a
@@ -97,6 +98,7 @@ class SceneShard(SceneReembedding):
         self._cells: KeyedTable | None = None
         self._scenes: KeyedTable | None = None
         self._skipped = 0  # stored rows the last load could not decode
+        self._unsaved_scenes: set[str] = set()  # scene rows whose commit failed: written with the next flush
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
@@ -429,7 +431,20 @@ class SceneShard(SceneReembedding):
                     scenes[scene.id] = scene
             elif (cell := partition.cells.get(change.id)) is not None:
                 cells[cell.id] = cell
+        self._unsaved_scenes.intersection_update(partition.scenes)  # an erased scene has no row to write
+        for scene_id in self._unsaved_scenes:
+            scenes.setdefault(scene_id, partition.scenes[scene_id])
         dims = self.config.dims
-        # Scenes first: a crash between the two commits leaves an empty scene, never an orphan cell.
-        await self._scenes.write(scenes_to_arrow([partition.fresh(s) for s in scenes.values()], dims))
-        await self._cells.write(cells_to_arrow(cells.values(), dims))
+        # Both commits at once (a write waits for one, not two in a row). Only the cells' must land: a load
+        # restores the scene of a cell whose scene row is missing; failed scene rows go with the next flush.
+        scene_rows = scenes_to_arrow([partition.fresh(s) for s in scenes.values()], dims)
+        scenes_done, cells_done = await asyncio.gather(
+            self._scenes.write(scene_rows), self._cells.write(cells_to_arrow(cells.values(), dims)), return_exceptions=True
+        )
+        if isinstance(scenes_done, BaseException):
+            log.warning("scene shard %d: %d scene rows not committed yet (%s)", self.config.index, len(scenes), scenes_done)
+            self._unsaved_scenes.update(scenes)
+        else:
+            self._unsaved_scenes.difference_update(scenes)
+        if isinstance(cells_done, BaseException):
+            raise cells_done

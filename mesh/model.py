@@ -106,6 +106,11 @@ class Scene:
             self.cached_centroid = normalize(self.vector_sum)
         return self.cached_centroid
 
+    @classmethod
+    def founded_by(cls, cell: Cell, scene_id: str, dims: int) -> Scene:
+        """The empty scene ``cell`` founds: its id, the cell's tenant, project and ``created_at``."""
+        return cls(scene_id, cell.tenant_id, cell.project_id, cell.created_at, np.zeros(dims, dtype=np.float64))
+
     def add_vector(self, vector: Vector) -> None:
         self.vector_sum += vector
         self.cached_centroid = None

@@ -95,12 +95,16 @@ class MemoryPartition:
 
     # ----------------------------------------------------------------- loading
     def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
-        """Rebuild from stored rows; centroids are recomputed from live members."""
+        """Rebuild from stored rows; centroids, members and summaries are recomputed from the cells. A cell
+        whose scene has no row (its scene's commit had not landed, or failed) gets it back as founded (the
+        founder is the scene's first cell in id order): a committed cell never needs its scene's row."""
         for scene in scenes:
             scene.reset_sum(np.zeros(self.dims, dtype=np.float64))
             scene.members, scene.live_count, scene.summary_dirty = [], 0, True
             self.scenes[scene.id] = scene
         for cell in sorted(cells, key=lambda c: c.id):
+            if cell.scene_id and cell.scene_id not in self.scenes:
+                self.scenes[cell.scene_id] = Scene.founded_by(cell, cell.scene_id, self.dims)
             self._insert(cell)
         for scene in self.scenes.values():
             self._scene_index.update(scene)
@@ -174,13 +178,7 @@ class MemoryPartition:
         scene_id = next(iter(spare), None)
         if scene_id is None:
             raise ValidationFailed("no scene id left for a new scene")
-        scene = Scene(
-            id=scene_id,
-            tenant_id=cell.tenant_id,
-            project_id=cell.project_id,
-            created_at=cell.created_at,
-            vector_sum=np.zeros(self.dims, dtype=np.float64),
-        )
+        scene = Scene.founded_by(cell, scene_id, self.dims)
         self.scenes[scene.id] = scene
         outcome.founded.append(scene)
         return scene
