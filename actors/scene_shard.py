@@ -38,6 +38,7 @@ from actors.group_commit import GroupCommitter
 from actors.presence import PresenceTeller
 from actors.propagation import PropagationConfig, Propagator, diff_id_of
 from actors.scene_reembed import SceneReembedding
+from actors.scene_rows import commit_rows
 from actors.schemas import PROPAGATED_SCHEMA, cell_schema, scene_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.walk_queue import WalkQueue
@@ -98,7 +99,7 @@ class SceneShard(SceneReembedding):
         self._cells: KeyedTable | None = None
         self._scenes: KeyedTable | None = None
         self._skipped = 0  # stored rows the last load could not decode
-        self._unsaved_scenes: set[str] = set()  # scene rows whose commit failed: written with the next flush
+        self._unsaved_scenes: set[str] = set()  # rows to write again (actors.scene_rows)
         self._ready_once = LoadOnce(self._load)
         window = config.storage.commit_window_s
         self._commit_timing = Histogram(LATENCY_S)  # every storage commit's duration, for /metrics
@@ -119,8 +120,14 @@ class SceneShard(SceneReembedding):
         await self._background.drain()
         await self._touches_landed()
         await self._walks.close()
+        await self._save_unsaved()
         for committer in (self._commit, self._touch_commit):
             await committer.flush()
+
+    async def _save_unsaved(self) -> None:
+        """Write the scene rows a failed commit left to write again (``actors.scene_rows``)."""
+        if self._unsaved_scenes:
+            await self._commit.submit([self.partition.scenes[s] for s in self._unsaved_scenes if s in self.partition.scenes])
 
     async def _touches_landed(self) -> None:
         """Every access-time commit recall handed over so far has landed (at once, whatever the window)."""
@@ -397,6 +404,7 @@ class SceneShard(SceneReembedding):
         partition.erase(ids)
         for cell_id in ids:
             self._staged.pop(cell_id, None)
+        await self._save_unsaved()  # a row a failed commit left stale may quote a cell that is gone
         for committer in (self._commit, self._touch_commit, self._walks):
             await committer.flush()  # what was queued lands first; nothing of these cells is written after
         assert self._cells is not None and self._scenes is not None
@@ -431,20 +439,6 @@ class SceneShard(SceneReembedding):
                     scenes[scene.id] = scene
             elif (cell := partition.cells.get(change.id)) is not None:
                 cells[cell.id] = cell
-        self._unsaved_scenes.intersection_update(partition.scenes)  # an erased scene has no row to write
-        for scene_id in self._unsaved_scenes:
-            scenes.setdefault(scene_id, partition.scenes[scene_id])
-        dims = self.config.dims
-        # Both commits at once (a write waits for one, not two in a row). Only the cells' must land: a load
-        # restores the scene of a cell whose scene row is missing; failed scene rows go with the next flush.
-        scene_rows = scenes_to_arrow([partition.fresh(s) for s in scenes.values()], dims)
-        scenes_done, cells_done = await asyncio.gather(
-            self._scenes.write(scene_rows), self._cells.write(cells_to_arrow(cells.values(), dims)), return_exceptions=True
+        await commit_rows(
+            (self._scenes, self._cells), partition, scenes, cells, self._unsaved_scenes, f"scene shard {self.config.index}"
         )
-        if isinstance(scenes_done, BaseException):
-            log.warning("scene shard %d: %d scene rows not committed yet (%s)", self.config.index, len(scenes), scenes_done)
-            self._unsaved_scenes.update(scenes)
-        else:
-            self._unsaved_scenes.difference_update(scenes)
-        if isinstance(cells_done, BaseException):
-            raise cells_done

@@ -95,16 +95,18 @@ class MemoryPartition:
 
     # ----------------------------------------------------------------- loading
     def load(self, scenes: Iterable[Scene], cells: Iterable[Cell]) -> None:
-        """Rebuild from stored rows; centroids, members and summaries are recomputed from the cells. A cell
-        whose scene has no row (its scene's commit had not landed, or failed) gets it back as founded (the
-        founder is the scene's first cell in id order): a committed cell never needs its scene's row."""
+        """Rebuild from stored rows; centroids, members and summaries are recomputed from the cells. A scene
+        whose row is missing is rebuilt from its cells (their earliest ``created_at``: the founder's)."""
         for scene in scenes:
             scene.reset_sum(np.zeros(self.dims, dtype=np.float64))
             scene.members, scene.live_count, scene.summary_dirty = [], 0, True
             self.scenes[scene.id] = scene
+        rebuilt: dict[str, Scene] = {}
         for cell in sorted(cells, key=lambda c: c.id):
             if cell.scene_id and cell.scene_id not in self.scenes:
-                self.scenes[cell.scene_id] = Scene.founded_by(cell, cell.scene_id, self.dims)
+                self.scenes[cell.scene_id] = rebuilt[cell.scene_id] = Scene.founded_by(cell, cell.scene_id, self.dims)
+            if (founded := rebuilt.get(cell.scene_id or "")) is not None:  # the earliest of its cells
+                founded.created_at = min(founded.created_at, cell.created_at)
             self._insert(cell)
         for scene in self.scenes.values():
             self._scene_index.update(scene)

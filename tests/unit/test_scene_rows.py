@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
+import pytest
 
 from head.facade import Memesh
 from mesh.errors import StorageUnavailable
@@ -56,6 +58,13 @@ def test_a_cell_whose_scene_row_is_missing_loads_with_the_scene_it_founded() -> 
         assert np.allclose(again.centroid, scene.centroid)
     assert reloaded.search("t1", base, 3, NodeFilter())  # the reloaded scenes serve reads
 
+    # a joining cell stamped earlier than the founder (another head's clock): the scene takes the earliest
+    joined = written.cells[written.scenes[cells[0].scene_id or ""].members[1]]
+    joined.created_at = cells[0].created_at.replace(second=0, minute=0)
+    later = MemoryPartition(DIMS, SceneTuning())
+    later.load([], list(written.cells.values()))
+    assert later.scenes[cells[0].scene_id or ""].created_at == joined.created_at
+
 
 async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_keeps_its_scene(
     make_core: Callable[..., Memesh],
@@ -75,7 +84,7 @@ async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_ke
     scene = await core.memory.get_scene(writer, cell.scene_id)
     owner = next(shard for shard in shards if cell.scene_id in shard.partition.scenes)
     assert cell.scene_id in owner._unsaved_scenes and cell.scene_id not in owner._scenes
-    await core.close()  # its close flushes again: the scene row still fails, the cell row is committed
+    await core.close()  # its close tries the scene row again (still failing); the cell row is committed
 
     core = make_core()
     try:
@@ -108,3 +117,43 @@ async def test_a_scene_row_that_failed_is_written_by_the_next_flush(make_core: C
         assert cell.scene_id in owner._scenes and not owner._unsaved_scenes
     finally:
         await core.close()
+
+
+async def test_a_scene_written_beside_cells_whose_commit_failed_is_rewritten_without_them(
+    make_core: Callable[..., Memesh],
+) -> None:
+    """The review's case: a scene whose row is to be written again goes with a batch whose cells' commit
+    fails; its row then quotes a cell that was rolled back, so it must stay to be written again."""
+    core = make_core()
+    try:
+        writer, _ = await agent(core)
+        await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
+        shards = [core.directory.scene_shard(i).target for i in range(core.directory.spec.scene_shards)]  # type: ignore[attr-defined]
+        real = {id(shard): (shard._scenes.write, shard._cells.write) for shard in shards}
+
+        async def broken(*_: object) -> None:
+            raise StorageUnavailable("storage failed during a commit")
+
+        for shard in shards:
+            shard._scenes.write = broken
+        (first,) = await core.memory.write_cells(writer, [NewCell("the harbour tide table", CellType.FACT)])
+        owner = next(shard for shard in shards if first.scene_id in shard.partition.scenes)
+        owner._scenes.write, owner._cells.write = real[id(owner)][0], broken
+        with pytest.raises(StorageUnavailable):
+            await core.memory.write_cells(writer, [NewCell("zanzibar quokka lantern", CellType.FACT, scene_id=first.scene_id)])
+        assert "quokka" in await _summary(owner, first.scene_id or "")  # the failed batch's scene row quotes it
+        assert first.scene_id in owner._unsaved_scenes
+        owner._cells.write = real[id(owner)][1]
+        await owner._save_unsaved()  # as close, retire and an erase do first
+        assert "quokka" not in await _summary(owner, first.scene_id or "")
+        assert not owner._unsaved_scenes
+    finally:
+        for shard in shards:
+            shard._scenes.write, shard._cells.write = real[id(shard)]
+        await core.close()
+
+
+async def _summary(shard: Any, scene_id: str) -> str:
+    """The summaries the scenes table holds on disk for ``scene_id`` (every row of it)."""
+    rows = (await shard._scenes.rows.load()).to_pylist()
+    return " ".join(r["summary"] for r in rows if r["id"] == scene_id)
