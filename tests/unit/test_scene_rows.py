@@ -71,14 +71,10 @@ async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_ke
 ) -> None:
     core = make_core()
     writer, _ = await agent(core)
-    shards = [core.directory.scene_shard(i).target for i in range(core.directory.spec.scene_shards)]  # type: ignore[attr-defined]
+    shards = _shards(core)
     await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
-
-    async def broken(*_: object) -> None:
-        raise StorageUnavailable("storage failed during a scene commit")
-
     for shard in shards:
-        shard._scenes.write = broken
+        shard._scenes.write = _broken
     (cell,) = await core.memory.write_cells(writer, [NewCell("a rocket launch window", CellType.FACT, project_id="space")])
     assert cell.scene_id is not None
     scene = await core.memory.get_scene(writer, cell.scene_id)
@@ -100,15 +96,11 @@ async def test_a_scene_row_that_failed_is_written_by_the_next_flush(make_core: C
     core = make_core()
     try:
         writer, _ = await agent(core)
-        shards = [core.directory.scene_shard(i).target for i in range(core.directory.spec.scene_shards)]  # type: ignore[attr-defined]
+        shards = _shards(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
         real = {id(shard): shard._scenes.write for shard in shards}
-
-        async def broken(*_: object) -> None:
-            raise StorageUnavailable("storage failed during a scene commit")
-
         for shard in shards:
-            shard._scenes.write = broken
+            shard._scenes.write = _broken
         (cell,) = await core.memory.write_cells(writer, [NewCell("a tide table for the harbour", CellType.FACT)])
         owner = next(shard for shard in shards if cell.scene_id in shard.partition.scenes)
         for shard in shards:
@@ -128,17 +120,13 @@ async def test_a_scene_written_beside_cells_whose_commit_failed_is_rewritten_wit
     try:
         writer, _ = await agent(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
-        shards = [core.directory.scene_shard(i).target for i in range(core.directory.spec.scene_shards)]  # type: ignore[attr-defined]
+        shards = _shards(core)
         real = {id(shard): (shard._scenes.write, shard._cells.write) for shard in shards}
-
-        async def broken(*_: object) -> None:
-            raise StorageUnavailable("storage failed during a commit")
-
         for shard in shards:
-            shard._scenes.write = broken
+            shard._scenes.write = _broken
         (first,) = await core.memory.write_cells(writer, [NewCell("the harbour tide table", CellType.FACT)])
         owner = next(shard for shard in shards if first.scene_id in shard.partition.scenes)
-        owner._scenes.write, owner._cells.write = real[id(owner)][0], broken
+        owner._scenes.write, owner._cells.write = real[id(owner)][0], _broken
         with pytest.raises(StorageUnavailable):
             await core.memory.write_cells(writer, [NewCell("zanzibar quokka lantern", CellType.FACT, scene_id=first.scene_id)])
         assert "quokka" in await _summary(owner, first.scene_id or "")  # the failed batch's scene row quotes it
@@ -151,6 +139,15 @@ async def test_a_scene_written_beside_cells_whose_commit_failed_is_rewritten_wit
         for shard in shards:
             shard._scenes.write, shard._cells.write = real[id(shard)]
         await core.close()
+
+
+async def _broken(*_: object) -> None:
+    raise StorageUnavailable("storage failed during a commit")
+
+
+def _shards(core: Memesh) -> list[Any]:
+    """The in-process scene shards (their tables are patched to fail as a storage outage would)."""
+    return [core.directory.scene_shard(i).target for i in range(core.directory.spec.scene_shards)]  # type: ignore[attr-defined]
 
 
 async def _summary(shard: Any, scene_id: str) -> str:
