@@ -21,14 +21,16 @@ from api.metrics import partition_metrics
 from cluster.compose import start_core, storage_config, wanted_counts
 from head.facade import Memesh
 from mesh.errors import ConfigInvalid
+from mesh.identity import Principal
 from mesh.layout import KINDS, Layout, parse_table
 from mesh.query import NodeFilter
 from mesh.seam import beacon_set_index
-from mesh.sharding import VIRTUAL_PARTITIONS
+from mesh.sharding import VIRTUAL_PARTITIONS, Assignment
 from tests.unit.conftest import in_process_settings
 from tests.unit.test_propagation import agent, drain, settle, write
 
 TENANTS = 6
+GROWN = {"beacon_set": 3, "inbox_shard": 4}  # the counts the first test grows the agents' kinds to, from 2
 
 
 @dataclass
@@ -40,11 +42,29 @@ class World:
     beacons: dict[str, str] = field(default_factory=dict)  # listener key -> its beacon's id
 
 
+def moves_when_grown(agent_id: str) -> bool | None:
+    """True when the agent's partition changes owner in both of ``GROWN``'s resizes, False when in neither."""
+    old = Assignment.balanced(2)
+    moved = {old.owner(agent_id) != old.rebalanced(count).owner(agent_id) for count in GROWN.values()}
+    return moved.pop() if len(moved) == 1 else None
+
+
+async def listener_for(core: Memesh, tenant: str, moves: bool | None) -> tuple[Principal, str]:
+    """A Reader whose beacon and inbox rows move in the grow (``moves`` True) or stay (False). Agent ids are
+    random, and six listeners all on one side is a fair chance (a CI run had no inbox row move): the first
+    two tenants take one of each, so the grow always moves some of these rows and keeps some."""
+    for _ in range(200):
+        listener, key = await agent(core, tenant, "Reader")
+        if moves is None or moves_when_grown(listener.agent_id) is moves:
+            return listener, key
+    raise AssertionError(f"no agent id of 200 that {'moves' if moves else 'stays'}")
+
+
 async def populate(core: Memesh) -> World:
     world = World()
     for t in range(TENANTS):
         tenant = f"tenant-{t}"
-        listener, listener_key = await agent(core, tenant, "Reader")
+        listener, listener_key = await listener_for(core, tenant, {0: True, 1: False}.get(t))
         writer, writer_key = await agent(core, tenant, "Writer")
         world.writers[tenant] = writer_key
         world.beacons[listener_key] = (await core.inbox.place_beacon(listener, "database failover drill")).id
@@ -129,7 +149,7 @@ async def test_growing_then_shrinking_the_shard_counts_keeps_every_cell_beacon_d
     await core.close()
     before = await assert_every_row_at_its_owner(tmp_path / "data")
 
-    grown = await started(make_core, tmp_path, scene_shards=5, beacon_sets=3, inbox_shards=4)
+    grown = await started(make_core, tmp_path, scene_shards=5, beacon_sets=GROWN["beacon_set"], inbox_shards=GROWN["inbox_shard"])
     assert grown.directory.spec.scene_shards == 5
     moved = {m.kind: (m.count_from, m.count_to, m.rows, m.partitions) for m in grown.partitions.moves}
     assert moved["scene_shard"][:2] == (2, 5) and moved["beacon_set"][:2] == (2, 3) and moved["inbox_shard"][:2] == (2, 4)
