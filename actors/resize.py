@@ -56,6 +56,7 @@ from actors.schemas import (
     scene_schema,
 )
 from actors.storage import LanceStore, StorageConfig
+from actors.write_journal import replay_journals
 from mesh.errors import ConfigInvalid
 from mesh.layout import COUNT_KEYS, Layout, Move, Settled, parse_table, table_prefix
 from mesh.sharding import Assignment, partition_key
@@ -288,6 +289,8 @@ async def settle_layout(
                 "partitions are moving (or a move was cut short); start again when it ends, or restart every head"
             )
         return Settled(layout)
+    if replayed := await replay_journals(store, storage, int(stored.get("dims", dims))):
+        log.info("resize: %d journaled cell rows committed before the partitions are read", replayed)
     for kind in unswept:  # a resize cut short: before its switch the copies, after it the sources, are strays
         log.warning("resize: %s was cut short; removing rows of partitions their actor does not own", COUNT_KEYS[kind])
         await _sweep(store, kind, layout, dims)

@@ -31,12 +31,13 @@ class SceneReembedding:
         _switching: bool
         _cells: KeyedTable | None
         _scenes: KeyedTable | None
-        _commit: GroupCommitter[Record]
         _touch_commit: GroupCommitter[Record]
 
         async def _ready(self) -> MemoryPartition: ...
 
         async def _touches_landed(self) -> None: ...
+
+        async def _all_committed(self) -> None: ...
 
     async def reembed_count(self) -> int:
         partition = await self._ready()
@@ -79,7 +80,7 @@ class SceneReembedding:
         # A touch recall handed over before the switch began lands now, not after the staged rows (it
         # would write the old vector back): flushing the committer alone misses one not yet submitted.
         await self._touches_landed()
-        await self._commit.flush()
+        await self._all_committed()  # journaled rows too: only rows the table holds are rewritten below
         cells = self._switched_cells(engine)
         await self._write_cells(cells)
         return writer_sums(cells, self.config.dims)

@@ -1,24 +1,23 @@
 """SceneShard: owns the scenes and cells of a set of projects.
 
 Guarantees:
-- Single writer of its tables (``scene_shard_<n>_cells``, ``..._scenes``,
-  ``..._propagated``).
-- ``write`` answers only after the cells are committed (the scenes they
-  founded commit beside them; a load restores any whose row did not land, so
-  a committed cell loads whole); a retried write with the same cell ids is a no-op that returns
+- Single writer of its tables (``scene_shard_<n>_cells``, ``..._scenes``, ``..._propagated``) and journal.
+- ``write`` answers only once the cells are durable: journaled on a local
+  database (``actors.commit_behind``: committed to the table behind the answer,
+  replayed by a load), committed elsewhere (the scenes they founded commit
+  beside them; a load restores any whose row did not land, so a stored cell
+  loads whole); a retried write with the same cell ids is a no-op that returns
   the stored cells, so Ray may replay it after a restart.
 - What is written is always the record as memory holds it at commit time, and
   only while memory still holds it: a change queued before an erase or a
   rolled-back consolidation never writes a removed row back.
-- On (re)start it reloads every row it can decode and rebuilds its in-memory
-  index, so a killed shard loses nothing it acknowledged.
-- Mutations of the in-memory state run without an ``await`` in the middle,
-  so concurrent calls on the actor's event loop never see half a transition.
-  The quadratic part of a consolidation runs in a worker thread over a
-  snapshot, bounded by ``SceneTuning.max_members``.
-- An erase is two idempotent steps, ``erase_plan`` (resolve and stop the
-  cells' walks) and ``erase_cells`` (remove, by id, from memory and from every
-  data file); a repeated step changes nothing more.
+- On (re)start it reloads every row it can decode and rebuilds its in-memory index, so a killed shard
+  loses nothing it acknowledged.
+- Mutations of the in-memory state run without an ``await`` in the middle, so concurrent calls on the
+  actor's event loop never see half a transition. The quadratic part of a consolidation runs in a
+  worker thread over a snapshot, bounded by ``SceneTuning.max_members``.
+- An erase is two idempotent steps, ``erase_plan`` (resolve and stop the cells' walks) and
+  ``erase_cells`` (remove, by id, from memory, the journal and every data file); a repeat changes nothing.
 """
 
 from __future__ import annotations
@@ -34,21 +33,24 @@ import numpy as np
 
 from actors.chores import Background, LoadOnce
 from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, scenes_to_arrow
+from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
 from actors.presence import PresenceTeller
-from actors.propagation import PropagationConfig, Propagator, diff_id_of
+from actors.propagation import PropagationConfig, Propagator
+from actors.scene_erase import plan_erase
 from actors.scene_reembed import SceneReembedding
 from actors.scene_rows import commit_rows
 from actors.schemas import PROPAGATED_SCHEMA, cell_schema, scene_schema
 from actors.storage import KeyedTable, LanceStore, StorageConfig
 from actors.walk_queue import WalkQueue
+from actors.write_journal import replay_journal, shard_journal
 from mesh.consolidation import find_groups
 from mesh.erasure import Selector, ShardErasePlan
 from mesh.errors import MemeshError, RateLimited
 from mesh.histogram import LATENCY_S, Histogram
 from mesh.ids import IdSource
 from mesh.layout import table_prefix
-from mesh.model import Cell, Scene, Vector, WriterSums, starts_diff, writer_sums
+from mesh.model import Cell, Scene, Vector, WriterSums, writer_sums
 from mesh.neighbours import neighbour_scenes
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
@@ -106,6 +108,8 @@ class SceneShard(SceneReembedding):
         self._commit: GroupCommitter[Record] = GroupCommitter(
             self._flush, window, config.storage.commit_max_rows, self._commit_timing, adaptive=True
         )
+        journal = shard_journal(config.storage, table_prefix("scene_shard", config.index, config.generation))
+        self._behind = CommitBehind(journal, self._commit, self._background, f"scene shard {config.index}") if journal else None
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
@@ -120,9 +124,22 @@ class SceneShard(SceneReembedding):
         await self._background.drain()
         await self._touches_landed()
         await self._walks.close()
-        await self._save_unsaved()
-        for committer in (self._commit, self._touch_commit):
-            await committer.flush()
+        try:
+            await self._save_unsaved()
+            await self._all_committed()
+        except MemeshError as exc:  # what is journaled stays there, and scene rows are rebuilt: the next load has it
+            log.error("scene shard %d closes with rows not committed: %s", self.config.index, exc)
+        finally:
+            if self._behind is not None:
+                self._behind.close()  # no retry after this; the journal's file is closed
+        await self._touch_commit.flush()
+
+    async def _all_committed(self) -> None:
+        """Every write acknowledged so far is in the tables, the journaled ones too (the barrier before rows
+        are read or removed directly); raises StorageUnavailable when a commit fails."""
+        await self._commit.flush()
+        if self._behind is not None:
+            await self._behind.settle()
 
     async def _save_unsaved(self) -> None:
         """Write the scene rows a failed commit left to write again (``actors.scene_rows``)."""
@@ -155,8 +172,7 @@ class SceneShard(SceneReembedding):
             self._directory = self._lookup()
         return self._directory
 
-    def _own_dir(self) -> Directory | None:
-        """The directory, or None for a shard on its own (no other walker to tell)."""
+    def _own_dir(self) -> Directory | None:  # None for a shard on its own (no other walker to tell)
         return None if self._directory is None and self._lookup is None else self._dir()
 
     async def _ready(self) -> MemoryPartition:
@@ -169,6 +185,8 @@ class SceneShard(SceneReembedding):
         self._cells = await store.keyed(f"{prefix}_cells", cell_schema(self.config.dims), "id", identity="id")
         self._scenes = await store.keyed(f"{prefix}_scenes", scene_schema(self.config.dims), "id", identity="id")
         scene_rows, cell_rows = await self._scenes.load(), await self._cells.load()
+        if self._behind is not None:  # writes acknowledged on the journal that had not reached the table
+            cell_rows = await replay_journal(self._behind.journal, self._cells, cell_rows)
         scenes = scenes_from_arrow(scene_rows, self.config.dims)
         cells = [c for c in cells_from_arrow(cell_rows) if c.embedding.shape == (self.config.dims,)]
         self._skipped = scene_rows.num_rows - len(scenes) + cell_rows.num_rows - len(cells)
@@ -197,6 +215,7 @@ class SceneShard(SceneReembedding):
             "cells": len(partition.cells),
             "scenes": len(partition.scenes),
             "walk_backlog": self._walks.backlog,
+            "journal_pending": self._behind.outstanding if self._behind else 0,
             "walks": self._propagator.walks if self._propagator else 0,
             "walk_messages": self._propagator.messages if self._propagator else 0,
             "skipped_rows": self._skipped,
@@ -237,13 +256,16 @@ class SceneShard(SceneReembedding):
         if not admitted and cells:
             self._admit(cells[0].tenant_id)  # a request writes for one tenant
         outcome = partition.write(cells, new_scene_ids)
-        # A retried write whose first attempt is still committing waits for that commit too.
         assert self._cells is not None
         created = {c.id for c in outcome.created}
         changes: list[Record] = [*outcome.founded, *outcome.created]
-        changes += [c for c in outcome.cells if c.id not in self._cells and c.id not in created]
         try:
-            await self._commit.submit(changes)
+            if self._behind is not None and self._behind.journal.enabled:  # a retry's were journaled by its first
+                if outcome.created:
+                    self._behind.accept(cells_to_arrow(outcome.created, self.config.dims), changes)
+            else:  # a retried write whose first attempt is still committing waits for that commit too
+                changes += [c for c in outcome.cells if c.id not in self._cells and c.id not in created]
+                await self._commit.submit(changes)
         except Exception:
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
@@ -252,10 +274,8 @@ class SceneShard(SceneReembedding):
         return outcome.cells
 
     async def settle(self, timeout_s: float = 30.0) -> int:
-        """Wait until every walk queued so far has finished; returns how many were pending.
-
-        For tests, benchmarks and orderly shutdown; bounded by ``timeout_s``.
-        """
+        """Wait until every walk queued so far has finished; returns how many were pending. For tests,
+        benchmarks and orderly shutdown; bounded by ``timeout_s``."""
         return await self._walks.settle(timeout_s)
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
@@ -278,10 +298,10 @@ class SceneShard(SceneReembedding):
         """Record access times; persisted with the next batch, not awaited (soft state)."""
         partition = await self._ready()
         touched = partition.touch(cell_ids, now)
-        # A cell whose first append is still pending carries its new access time in that append;
-        # only committed rows are upserted here (an upsert of a pending row would store it twice).
+        # A row whose first commit a write awaits is left to it (it may roll back); a journaled one is acknowledged.
         assert self._cells is not None
-        committed: list[Record] = [c for c in touched if c.id in self._cells]
+        behind = self._behind
+        committed: list[Record] = [c for c in touched if c.id in self._cells or (behind is not None and behind.holds(c.id))]
         if committed and not self._switching:  # during a reembed switch a row must not get its old vector back
             self._touches.spawn(self._touch_commit.submit(committed))
 
@@ -371,23 +391,7 @@ class SceneShard(SceneReembedding):
         if quiesce and chosen:
             await self._walks.quiesce(chosen)
             cells = partition.with_abstractions(partition.select(selector))  # as they are once the walks stopped
-            chosen = frozenset(c.id for c in cells)
-        effect = partition.erase_effect(chosen)
-        revive = sorted(
-            m
-            for sid in effect.recomputed
-            for m in partition.scenes[sid].members
-            if m not in chosen and partition.cells[m].superseded_by in chosen
-        )
-        return ShardErasePlan(
-            cell_ids=tuple(sorted(chosen)),
-            scene_ids=tuple(sorted(effect.emptied | effect.recomputed)),
-            revive_ids=tuple(revive),
-            diff_ids=tuple(diff_id_of(c.id) for c in cells if starts_diff(c)),
-            writers=tuple(sorted({c.source_agent for c in cells if starts_diff(c) and c.source_agent})),
-            nodes_removed=len(cells) + len(effect.emptied),
-            aggregates_recomputed=len(effect.recomputed),
-        )
+        return plan_erase(partition, cells)
 
     async def erase_cells(self, plan: ShardErasePlan) -> None:
         """Carry out ``plan``: the cells leave memory and every data file (older versions included), their
@@ -405,7 +409,8 @@ class SceneShard(SceneReembedding):
         for cell_id in ids:
             self._staged.pop(cell_id, None)
         await self._save_unsaved()  # a row a failed commit left stale may quote a cell that is gone
-        for committer in (self._commit, self._touch_commit, self._walks):
+        await self._all_committed()  # the journal keeps no byte of them either
+        for committer in (self._touch_commit, self._walks):
             await committer.flush()  # what was queued lands first; nothing of these cells is written after
         assert self._cells is not None and self._scenes is not None
         dims = self.config.dims

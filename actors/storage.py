@@ -46,12 +46,9 @@ DELETE_CHUNK = 2_000  # ids per ``IN (...)`` predicate
 
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
-    """How an actor stores its tables (``storage.*`` settings), shared by every actor kind.
-
-    ``fsync``: after each commit, flush the file system holding a local
-    database to stable storage before answering (costs latency; see
-    docs/storage.md for the figures).
-    """
+    """How an actor stores its tables (``storage.*`` settings), shared by every actor kind. ``fsync``:
+    after each commit, flush the file system holding a local database to stable storage before
+    answering (costs latency; see docs/storage.md for the figures)."""
 
     uri: str
     options: dict[str, str] = field(default_factory=dict)  # LanceDB storage options, e.g. an S3 endpoint
@@ -64,6 +61,7 @@ class StorageConfig:
     fsync: bool = False
     keep_versions_s: float = 30.0  # older table versions (and their files) are dropped at compaction after this
     commit_max_rows: int = 1024  # a group commit of records holds at most this many
+    write_journal: bool = True  # a local database's scene shards acknowledge writes on a journal (actors.write_journal)
 
 
 @contextmanager

@@ -64,6 +64,7 @@ def storage_config(settings: Settings) -> StorageConfig:
         fsync=storage.fsync,
         keep_versions_s=storage.keep_versions_s,
         commit_max_rows=storage.commit_max_rows,
+        write_journal=storage.write_journal,
     )
 
 

@@ -34,6 +34,9 @@ class StorageSettings(Section):
     cache_mb: int = Field(32, ge=1, le=65_536)  # per actor: LanceDB's index and metadata caches
     fsync: bool = False  # answer a write only once the file system has it on stable storage (docs/storage.md)
     keep_versions_s: float = Field(30.0, ge=0)  # compaction drops table versions older than this
+    # A local database's writes are acknowledged once journaled, committed to LanceDB behind the answer
+    # (docs/storage.md#the-write-journal); an object store always commits before answering.
+    write_journal: bool = True
 
     def lance_uri(self) -> str:
         return self.uri or str((self.data_dir / "lance").resolve())

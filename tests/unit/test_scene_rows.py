@@ -19,6 +19,9 @@ from mesh.tuning import SceneTuning
 from tests.unit.test_propagation import agent
 
 DIMS = 16
+# The direct commit path, which the write's answer waits for: what an object store runs. With the write
+# journal (a local database's default) the same commits run behind the answer (tests/unit/test_write_journal.py).
+DIRECT = {"write_journal": False}
 
 
 def _cell(n: int, vector: np.ndarray, project: str = "p") -> Cell:
@@ -69,7 +72,7 @@ def test_a_cell_whose_scene_row_is_missing_loads_with_the_scene_it_founded() -> 
 async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_keeps_its_scene(
     make_core: Callable[..., Memesh],
 ) -> None:
-    core = make_core()
+    core = make_core(storage=DIRECT)
     writer, _ = await agent(core)
     shards = _shards(core)
     await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
@@ -82,7 +85,7 @@ async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_ke
     assert cell.scene_id in owner._unsaved_scenes and cell.scene_id not in owner._scenes
     await core.close()  # its close tries the scene row again (still failing); the cell row is committed
 
-    core = make_core()
+    core = make_core(storage=DIRECT)
     try:
         again = await core.memory.get_scene(writer, cell.scene_id)
         assert (again.id, again.project_id, again.created_at) == (scene.id, scene.project_id, scene.created_at)
@@ -93,7 +96,7 @@ async def test_a_write_whose_scene_commit_fails_is_acknowledged_and_a_restart_ke
 
 
 async def test_a_scene_row_that_failed_is_written_by_the_next_flush(make_core: Callable[..., Memesh]) -> None:
-    core = make_core()
+    core = make_core(storage=DIRECT)
     try:
         writer, _ = await agent(core)
         shards = _shards(core)
@@ -116,7 +119,7 @@ async def test_a_scene_written_beside_cells_whose_commit_failed_is_rewritten_wit
 ) -> None:
     """The review's case: a scene whose row is to be written again goes with a batch whose cells' commit
     fails; its row then quotes a cell that was rolled back, so it must stay to be written again."""
-    core = make_core()
+    core = make_core(storage=DIRECT)
     try:
         writer, _ = await agent(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])

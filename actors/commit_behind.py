@@ -1,0 +1,134 @@
+"""Writes acknowledged on the write journal, committed to their tables behind the answer.
+
+Guarantees of :class:`CommitBehind`:
+- ``accept`` returns once the created cells are journaled (``actors.write_journal``), or raises
+  StorageUnavailable and the caller rolls the write back; it never waits for a table commit.
+- Every accepted change is handed to the owner's group committer ``delay_s`` after its answer (the
+  answer and the walk's first waves go first, and the writes of those milliseconds share the commit);
+  a record leaves the journal only when the commit holding its changes succeeded. A failed commit is
+  logged and retried with backoff (0.5 s doubling to 30 s) until it lands, or by ``settle`` or, failing
+  all those, by the next load's replay: an acknowledged write is never lost while its journal file is.
+- Bounded: past ``max_pending`` records waiting for their table (storage down or far behind), ``accept``
+  refuses new writes with StorageUnavailable (503) instead of journaling without end.
+- ``settle`` is the barrier for whoever reads or removes table rows directly (an erase, a reembed, a
+  close): when it returns, everything accepted before it is committed and the journal holds none of
+  it; it raises StorageUnavailable when a commit fails (the rows stay journaled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+import pyarrow as pa
+
+from actors.chores import Background
+from actors.group_commit import GroupCommitter
+from actors.write_journal import WriteJournal
+from mesh.errors import StorageUnavailable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_PENDING = 10_000  # journaled records waiting for their table, past which writes are refused
+RETRY_S = (0.5, 30.0)  # the first and the longest pause between tries of a failed commit
+
+
+class CommitBehind(Generic[T]):
+    def __init__(
+        self,
+        journal: WriteJournal,
+        commit: GroupCommitter[T],
+        background: Background,
+        owner: str,
+        delay_s: float = 0.02,
+        max_pending: int = MAX_PENDING,
+    ) -> None:
+        self._journal = journal
+        self._commit = commit
+        self._background = background
+        self._owner = owner
+        self._delay_s = delay_s
+        self._max_pending = max_pending
+        self._pending: dict[int, tuple[list[str], Sequence[T]]] = {}  # record -> (its cell ids, what its commit writes)
+        self._journaled: set[str] = set()  # ids of the cells of the pending records
+        self._failed: set[int] = set()  # records whose commit failed: the retry's
+        self._retry: asyncio.Task[None] | None = None
+
+    @property
+    def journal(self) -> WriteJournal:
+        return self._journal
+
+    @property
+    def outstanding(self) -> int:
+        """Journaled records not yet committed to their tables."""
+        return len(self._pending)
+
+    def holds(self, cell_id: str) -> bool:
+        """True while the cell is acknowledged on the journal and not yet committed."""
+        return cell_id in self._journaled
+
+    def accept(self, rows: pa.Table, changes: Sequence[T]) -> None:
+        """Journal ``rows`` (the created cells), then commit ``changes`` in the background."""
+        if len(self._pending) >= self._max_pending:
+            raise StorageUnavailable(f"{self._owner}: {len(self._pending)} writes are waiting for storage; retry shortly")
+        number = self._journal.append(rows)
+        ids = rows.column("id").to_pylist()
+        self._pending[number] = (ids, changes)
+        self._journaled.update(ids)
+        self._background.spawn(self._commit_behind([number]))
+
+    async def _commit_behind(self, numbers: list[int]) -> None:
+        await asyncio.sleep(self._delay_s)
+        try:
+            await self._committed(numbers)
+        except Exception as exc:  # noqa: BLE001 - the rows stay journaled; the retry commits them
+            self._failed.update(n for n in numbers if n in self._pending)
+            log.warning("%s: %d journaled writes not committed yet (%s)", self._owner, len(numbers), exc)
+            if self._retry is None or self._retry.done():
+                self._retry = asyncio.get_running_loop().create_task(self._retrying())
+
+    async def _retrying(self) -> None:
+        delay = RETRY_S[0]
+        while self._failed:
+            await asyncio.sleep(delay)
+            numbers, self._failed = sorted(self._failed), set()
+            try:
+                await self._committed(numbers)
+            except Exception as exc:  # noqa: BLE001 - logged; tried again after a longer pause
+                self._failed.update(n for n in numbers if n in self._pending)
+                delay = min(RETRY_S[1], 2 * delay)
+                log.warning(
+                    "%s: %d journaled writes still not committed (%s); next try in %.1f s", self._owner, len(numbers), exc, delay
+                )
+            else:
+                delay = RETRY_S[0]
+
+    async def _committed(self, numbers: list[int]) -> None:
+        numbers = [n for n in numbers if n in self._pending]
+        if not numbers:
+            return
+        await self._commit.submit([change for n in numbers for change in self._pending[n][1]])
+        for n in numbers:
+            if (done := self._pending.pop(n, None)) is not None:
+                self._journaled.difference_update(done[0])
+                self._journal.release(n)
+
+    async def settle(self) -> None:
+        """Commit everything accepted so far (what failed included) and drop it from the journal."""
+        self._journal.rotate()  # what is accepted from now on goes to a segment of its own
+        numbers = list(self._pending)
+        try:
+            await self._committed(numbers)
+        except Exception:
+            self._failed.update(n for n in numbers if n in self._pending)
+            raise
+        self._journal.rotate()  # raises when a segment that held them cannot be removed
+
+    def close(self) -> None:
+        """Stop retrying and close the journal's file (what is pending stays journaled for the next load)."""
+        if self._retry is not None:
+            self._retry.cancel()
+        self._journal.close()
