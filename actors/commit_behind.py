@@ -18,6 +18,7 @@ Guarantees of :class:`CommitBehind`:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import Generic, TypeVar
@@ -70,10 +71,14 @@ class CommitBehind(Generic[T]):
         """True while the cell is acknowledged on the journal and not yet committed."""
         return cell_id in self._journaled
 
-    def accept(self, rows: pa.Table, changes: Sequence[T]) -> None:
-        """Journal ``rows`` (the created cells), then commit ``changes`` in the background."""
+    def check_room(self) -> None:
+        """Raise StorageUnavailable while ``max_pending`` journaled writes wait for their table."""
         if len(self._pending) >= self._max_pending:
             raise StorageUnavailable(f"{self._owner}: {len(self._pending)} writes are waiting for storage; retry shortly")
+
+    def accept(self, rows: pa.Table, changes: Sequence[T]) -> None:
+        """Journal ``rows`` (the created cells), then commit ``changes`` in the background."""
+        self.check_room()
         number = self._journal.append(rows)
         ids = rows.column("id").to_pylist()
         self._pending[number] = (ids, changes)
@@ -116,16 +121,26 @@ class CommitBehind(Generic[T]):
                 self._journaled.difference_update(done[0])
                 self._journal.release(n)
 
-    async def settle(self) -> None:
-        """Commit everything accepted so far (what failed included) and drop it from the journal."""
-        self._journal.rotate()  # what is accepted from now on goes to a segment of its own
+    async def settle(self, purge: bool = False) -> None:
+        """Commit everything accepted so far (what failed included) and drop it from the journal. When it
+        returns, no commit of those records is still queued (a background one that woke meanwhile
+        included). With ``purge`` (an erase) it also raises while a damaged segment is kept aside."""
+        with contextlib.suppress(StorageUnavailable):  # the final rotate below says whether files are left
+            self._journal.rotate()  # what is accepted from now on goes to a segment of its own
         numbers = list(self._pending)
         try:
             await self._committed(numbers)
         except Exception:
             self._failed.update(n for n in numbers if n in self._pending)
             raise
+        finally:
+            await self._commit.flush()  # a commit of the same records queued behind ours lands before we return
         self._journal.rotate()  # raises when a segment that held them cannot be removed
+        if purge and (damaged := self._journal.damaged_files()):
+            names = ", ".join(p.name for p in damaged)
+            raise StorageUnavailable(
+                f"{self._owner}: damaged journal segments ({names}) may hold the rows; an operator must remove them"
+            )
 
     def close(self) -> None:
         """Stop retrying and close the journal's file (what is pending stays journaled for the next load)."""

@@ -132,14 +132,16 @@ class SceneShard(SceneReembedding):
         finally:
             if self._behind is not None:
                 self._behind.close()  # no retry after this; the journal's file is closed
+            await self._commit.flush()  # nothing queued lands after the close
         await self._touch_commit.flush()
 
-    async def _all_committed(self) -> None:
+    async def _all_committed(self, purge: bool = False) -> None:
         """Every write acknowledged so far is in the tables, the journaled ones too (the barrier before rows
-        are read or removed directly); raises StorageUnavailable when a commit fails."""
+        are read or removed directly); raises StorageUnavailable when a commit fails (``purge``: or while a
+        damaged journal segment may hold rows)."""
         await self._commit.flush()
         if self._behind is not None:
-            await self._behind.settle()
+            await self._behind.settle(purge)
 
     async def _save_unsaved(self) -> None:
         """Write the scene rows a failed commit left to write again (``actors.scene_rows``)."""
@@ -241,6 +243,8 @@ class SceneShard(SceneReembedding):
         at least an equal share of it (so a flooding tenant waits, not the others), and everyone's at twice
         the bound. Writers slow to the rate walks drain, so the backlog (and a restart's replay of it) stays
         bounded. Soft: writes admitted together may pass it by one batch each."""
+        if self._behind is not None:  # and while too many journaled writes wait for storage (503)
+            self._behind.check_room()
         backlog, bound = self._walks.backlog, self.config.max_walk_backlog
         if backlog < bound:
             return
@@ -320,11 +324,9 @@ class SceneShard(SceneReembedding):
     ) -> tuple[Scene, list[Cell], list[Cell]]:
         """Abstract every near-duplicate group of the scene; a retry finds nothing left to do.
 
-        The groups are found in a worker thread over a snapshot of the pool (the
-        event loop keeps serving every other call meanwhile), then applied at
-        once. A failed commit reverts them in memory, so nothing that was not
-        committed stays visible or gets written later.
-        """
+        The groups are found in a worker thread over a snapshot of the pool (the event loop keeps serving
+        every other call meanwhile), then applied at once. A failed commit reverts them in memory, so
+        nothing that was not committed stays visible or gets written later."""
         partition = await self._ready()
         pool = partition.consolidation_pool(tenant_id, scene_id)
         groups: list[list[int]] = []
@@ -381,10 +383,8 @@ class SceneShard(SceneReembedding):
         """What an erase of ``selector`` removes here: the matching cells and every Pattern abstracting
         one (a Pattern quotes a member), with their scenes, diffs and writers. Nothing is removed.
 
-        With ``quiesce`` (a real erase) the cells' walks are also stopped: none is
-        queued or running when this answers, and none starts again, so the
-        deliveries their diffs made can be counted and then erased completely.
-        """
+        With ``quiesce`` (a real erase) the cells' walks are also stopped: none is queued or running when
+        this answers, and none starts again, so the deliveries their diffs made can be counted and erased."""
         partition = await self._ready()
         cells = partition.with_abstractions(partition.select(selector))
         chosen = frozenset(c.id for c in cells)
@@ -397,11 +397,9 @@ class SceneShard(SceneReembedding):
         """Carry out ``plan``: the cells leave memory and every data file (older versions included), their
         scenes are removed or rewritten with fresh centroids and summaries, revived members are rewritten.
 
-        Idempotent: a repeat (after a timeout, a crash or a failure half-way)
-        finds less in memory and rewrites the same rows, so the files end up the
-        same. Pending commits are flushed first, and a commit queued for an
-        erased cell writes nothing afterwards.
-        """
+        Idempotent: a repeat (after a timeout, a crash or a failure half-way) finds less in memory and
+        rewrites the same rows, so the files end up the same. Pending commits (the journal's too) are
+        flushed first, and a commit queued for an erased cell writes nothing afterwards."""
         partition = await self._ready()
         ids = frozenset(plan.cell_ids)
         await self._walks.quiesce(ids)
@@ -409,7 +407,7 @@ class SceneShard(SceneReembedding):
         for cell_id in ids:
             self._staged.pop(cell_id, None)
         await self._save_unsaved()  # a row a failed commit left stale may quote a cell that is gone
-        await self._all_committed()  # the journal keeps no byte of them either
+        await self._all_committed(purge=True)  # the journal keeps no byte of them either
         for committer in (self._touch_commit, self._walks):
             await committer.flush()  # what was queued lands first; nothing of these cells is written after
         assert self._cells is not None and self._scenes is not None

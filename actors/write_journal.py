@@ -8,11 +8,12 @@ write no longer waits for the table.
 Guarantees of :class:`WriteJournal`:
 - ``append`` returns only once the record is in the file (the OS holds it, so a killed process loses
   nothing; with ``fsync`` the disk holds it, so a machine crash loses nothing either).
-- A record is a length, a CRC-32 (of the length and the payload) and an Arrow IPC stream of cell rows.
-  ``read`` returns every whole record in append order and ignores a torn last record (a crash
-  mid-append, or a zero-filled tail: that write was never acknowledged); a segment damaged before its
-  end is renamed aside (``.wal.damaged``), never replayed past the damage nor deleted. A failed append is
-  cut from the file before it is refused, so a write answered 503 never comes back at a replay.
+- Records (``actors.journal_records``) are checksummed. ``read`` returns every whole record in append
+  order: a torn end of the newest segment (a crash mid-append, or a zero-filled tail: never
+  acknowledged) is ignored; damage anywhere else is read past (the next whole record is found by a
+  forward scan), logged as an error with its byte range, and the segment is kept aside
+  (``<name>.damaged``) by ``clear``, never deleted; an erase on the shard is refused while one is there
+  (it may hold an acknowledged row). A failed append is cut from the file before the write is refused.
 - Records are only ever creations of cells. A replay (:func:`replay_journal`) inserts the rows whose
   id the table does not hold and ignores the rest, so a replay after later changes (a tombstone, an
   access time, a reembed, all committed to the table directly) never writes an older row over a newer
@@ -28,22 +29,19 @@ from __future__ import annotations
 import logging
 import os
 import re
-import struct
-import zlib
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from actors.file_sync import local_path
+from actors.journal_records import encode, read_segment
 from actors.schemas import cell_schema
-from actors.storage import KeyedTable, LanceStore, StorageConfig
+from actors.storage import KeyedTable, LanceStore, StorageConfig, storage_errors
 from mesh.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("<II")  # payload length, CRC-32 of the length's bytes and the payload
-_LENGTH = struct.Struct("<I")
 SEGMENT_BYTES = 4 << 20  # a segment this large takes no more records: it goes once they are committed
 JOURNAL_DIR = "_journal"
 
@@ -72,42 +70,14 @@ async def replay_journals(store: LanceStore, storage: StorageConfig, dims: int) 
     if directory is None or not directory.is_dir():
         return 0
     replayed = 0
-    for prefix in sorted({p.name.split(".")[0] for p in directory.iterdir() if p.name.endswith(".wal")}):
+    with storage_errors("reading the write journals"):
+        prefixes = sorted({p.name.split(".")[0] for p in directory.iterdir() if p.name.endswith(".wal")})
+    for prefix in prefixes:
         cells = await store.keyed(f"{prefix}_cells", cell_schema(dims), "id", identity="id")
         stored = await cells.load()
         journal = WriteJournal(directory, prefix, storage.fsync)
         replayed += (await replay_journal(journal, cells, stored)).num_rows - stored.num_rows
     return replayed
-
-
-def _encode(rows: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, rows.schema) as writer:
-        writer.write_table(rows)
-    payload: bytes = sink.getvalue().to_pybytes()
-    return _HEADER.pack(len(payload), _checksum(len(payload), payload)) + payload
-
-
-def _checksum(length: int, payload: bytes) -> int:
-    """Covers the length too, so a run of zero bytes (a tail a machine crash left unwritten) is no record."""
-    return zlib.crc32(payload, zlib.crc32(_LENGTH.pack(length))) ^ 0x5A5A5A5A
-
-
-def _records(data: bytes) -> tuple[list[pa.Table], int]:
-    """The whole records at the start of ``data``, and the byte where they end."""
-    tables: list[pa.Table] = []
-    at = 0
-    while at + _HEADER.size <= len(data):
-        length, crc = _HEADER.unpack_from(data, at)
-        payload = data[at + _HEADER.size : at + _HEADER.size + length]
-        if len(payload) < length or _checksum(length, payload) != crc:
-            break
-        try:
-            tables.append(pa.ipc.open_stream(payload).read_all())
-        except pa.ArrowException:
-            break
-        at += _HEADER.size + length
-    return tables, at
 
 
 class WriteJournal:
@@ -118,7 +88,7 @@ class WriteJournal:
         self._directory = directory
         self._prefix = prefix
         self._fsync = fsync
-        self._segment = max((n for n, _ in self._segments()), default=0)
+        self._segment = 0  # the open (or last) segment's number: a new one is above every file's
         self._fd: int | None = None
         self._size = 0
         self._live: dict[int, int] = {}  # record number -> its segment
@@ -126,44 +96,48 @@ class WriteJournal:
         self._next = 0
         self._damaged: set[Path] = set()
 
-    def _segments(self) -> list[tuple[int, Path]]:
-        pattern = re.compile(re.escape(self._prefix) + r"\.(\d+)\.wal")
+    def _segments(self, damaged: bool = False) -> list[tuple[int, Path]]:
+        """The live segments in order (with ``damaged``, also those kept aside)."""
+        suffix = r"\.wal(\.damaged(\.\d+)?)?" if damaged else r"\.wal"
+        pattern = re.compile(re.escape(self._prefix) + r"\.(\d+)" + suffix)
         if not self._directory.is_dir():
             return []
         found = [(int(m.group(1)), p) for p in self._directory.iterdir() if (m := pattern.fullmatch(p.name))]
         return sorted(found)
 
+    def damaged_files(self) -> list[Path]:
+        """Segments kept aside as damaged: they may hold acknowledged rows no replay could read."""
+        return [p for _, p in self._segments(damaged=True) if not p.name.endswith(".wal")]
+
     def _path(self, segment: int) -> Path:
         return self._directory / f"{self._prefix}.{segment}.wal"
 
     def read(self) -> pa.Table | None:
-        """Every whole record of every segment, in order, as one table (None when there is none). A torn
-        tail (a crash mid-append: never acknowledged) is ignored; a segment with whole bytes after a bad
-        record is damaged, not torn: it is kept aside (``.wal.damaged``) by ``clear``, never deleted."""
+        """Every whole record of every segment, in order, as one table (None when there is none); see the
+        module's guarantees for torn and damaged bytes."""
         tables: list[pa.Table] = []
-        for _, path in self._segments():
-            data = path.read_bytes()
-            found, end = _records(data)
-            tables += found
-            if end < len(data):
-                length = _HEADER.unpack_from(data, end)[0] if end + _HEADER.size <= len(data) else 0
-                torn = end + _HEADER.size + length >= len(data) or not data[end:].strip(b"\0")
-                if not torn:
-                    self._damaged.add(path)
-                log.log(
-                    logging.WARNING if torn else logging.ERROR,
-                    "write journal %s: %s at byte %d (%d records read before it)",
+        segments = self._segments()
+        for n, path in segments:
+            found = read_segment(path.read_bytes(), newest=n == segments[-1][0])
+            tables += found.tables
+            if found.torn:
+                log.warning("write journal %s: a torn last append ignored (never acknowledged)", path)
+            if found.damaged:
+                self._damaged.add(path)
+                log.error(
+                    "write journal %s: damaged bytes %s (%d whole records read); the file is kept as %s.damaged: "
+                    "an acknowledged write may have been there, and erases on this shard wait until an operator removes it",
                     path,
-                    "a torn last record ignored (never acknowledged)" if torn else "a damaged record: the file is kept",
-                    end,
-                    len(found),
+                    found.bad,
+                    len(found.tables),
+                    path.name,
                 )
         return pa.concat_tables(tables, promote_options="default") if tables else None
 
     def append(self, rows: pa.Table) -> int:
         """Write ``rows`` as one record; returns its number, for ``release``. Raises StorageUnavailable
         when the file cannot take it (nothing was acknowledged)."""
-        record = _encode(rows)
+        record = encode(rows)
         try:
             if self._fd is None or self._size >= SEGMENT_BYTES:
                 self._open_next()
@@ -196,17 +170,17 @@ class WriteJournal:
     def _open_next(self) -> None:
         self._close_fd()
         self._directory.mkdir(parents=True, exist_ok=True)
-        self._segment = max([self._segment, *(n for n, _ in self._segments())]) + 1
+        self._segment = max([self._segment, *(n for n, _ in self._segments(damaged=True))]) + 1
         # O_EXCL: a segment is only ever appended to by the instance that made it
         self._fd = os.open(self._path(self._segment), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        self._size = 0
+        self._counts.setdefault(self._segment, 0)
         if self._fsync:  # the new file's name is durable before a record in it is acknowledged
             directory = os.open(self._directory, os.O_RDONLY)
             try:
                 os.fsync(directory)
             finally:
                 os.close(directory)
-        self._size = 0
-        self._counts.setdefault(self._segment, 0)
 
     def _close_fd(self) -> None:
         if self._fd is not None:
@@ -253,7 +227,11 @@ class WriteJournal:
         self._close_fd()
         for _, path in self._segments():
             if path in self._damaged:
-                path.rename(path.with_name(path.name + ".damaged"))
+                aside, k = path.with_name(path.name + ".damaged"), 0
+                while aside.exists():  # never over an earlier one
+                    k += 1
+                    aside = path.with_name(f"{path.name}.damaged.{k}")
+                path.rename(aside)
             else:
                 path.unlink(missing_ok=True)
         self._damaged.clear()
@@ -263,10 +241,19 @@ class WriteJournal:
     def close(self) -> None:
         self._close_fd()
 
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
 
 async def replay_journal(journal: WriteJournal, cells: KeyedTable, stored: pa.Table) -> pa.Table:
     """Commit the journaled cell rows ``cells`` (whose rows are ``stored``, just loaded) does not hold,
     then empty the journal; returns ``stored`` with them. A row the table holds is newer or the same."""
+    with storage_errors(f"replay of the write journal {journal.prefix}"):
+        return await _replay(journal, cells, stored)
+
+
+async def _replay(journal: WriteJournal, cells: KeyedTable, stored: pa.Table) -> pa.Table:
     journaled = journal.read()
     if journaled is None:
         journal.clear()

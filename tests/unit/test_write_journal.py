@@ -99,9 +99,24 @@ def test_a_zero_filled_tail_is_torn_and_a_damaged_segment_is_kept_aside(tmp_path
     data[12] ^= 0xFF  # a flipped byte in the first record, a whole record after it
     path.write_bytes(bytes(data))
     damaged = WriteJournal(tmp_path, "scene_shard_0", fsync=False)
-    assert damaged.read() is None  # nothing before the damage; what follows it cannot be trusted
+    found = damaged.read()
+    assert found is not None and found.column("id").to_pylist() == ["c"]  # read past the damage
     damaged.clear()
-    assert list(segments(tmp_path)) == [path.name + ".damaged"]  # kept for an operator, never replayed or deleted
+    assert list(segments(tmp_path)) == [path.name + ".damaged"]  # kept for an operator, never deleted
+    assert damaged.damaged_files() == [tmp_path / (path.name + ".damaged")]
+
+    journal = WriteJournal(tmp_path, "scene_shard_0", fsync=False)  # numbered above the one kept aside
+    journal.append(rows("d"))
+    journal.close()
+    (last,) = [p for p in tmp_path.iterdir() if p.name.endswith(".wal")]
+    assert last.name != path.name
+    data = bytearray(last.read_bytes())
+    data[-3] ^= 0xFF  # a bit flipped in the last record, whole in length: damage, not an append cut short
+    last.write_bytes(bytes(data))
+    again = WriteJournal(tmp_path, "scene_shard_0", fsync=False)
+    assert again.read() is None
+    again.clear()
+    assert sorted(segments(tmp_path)) == sorted([path.name + ".damaged", last.name + ".damaged"])
 
 
 def test_an_append_that_fails_after_its_bytes_are_written_is_cut_from_the_file(
@@ -226,6 +241,27 @@ async def test_an_erase_leaves_no_byte_of_the_cell_in_the_journal(make_core: Cal
     try:
         held = {c.content for shard in _shards(core) for c in (await shard._ready()).cells.values()}
         assert held == {"warm the tables up", "a note that stays"}  # the erased cell came back from nowhere
+    finally:
+        await core.close()
+
+
+async def test_an_erase_waits_while_a_damaged_journal_segment_may_hold_the_cell(
+    make_core: Callable[..., Memesh], tmp_path: Path
+) -> None:
+    core = make_core()
+    try:
+        writer, _ = await agent(core)
+        (cell,) = await core.memory.write_cells(writer, [NewCell("a lighthouse on the reef", CellType.FACT)])
+        owner = next(shard for shard in _shards(core) if cell.id in shard.partition.cells)
+        kept = tmp_path / "data" / "lance" / JOURNAL_DIR / f"{owner._behind.journal.prefix}.1.wal.damaged"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_bytes(b"what a load could not read")  # as a load leaves a segment damaged before its end
+        scope = parse_scope("node", cell.id, None)
+        erase = asyncio.create_task(core.data.erase(T1_ADMIN, scope, f"node:{cell.id}", dry_run=False))
+        await asyncio.sleep(1.0)
+        assert not erase.done()  # no certificate while a file the erase cannot read may hold the cell
+        kept.unlink()  # the operator's part
+        assert (await asyncio.wait_for(erase, 30)).digest
     finally:
         await core.close()
 
