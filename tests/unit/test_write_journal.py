@@ -6,7 +6,8 @@ the journal, and a start that moves partitions commits the journals before it re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
@@ -38,6 +39,19 @@ def rows(*ids: str) -> pa.Table:
 
 def segments(directory: Path) -> dict[str, int]:
     return {p.name: p.stat().st_size for p in sorted(directory.iterdir())} if directory.is_dir() else {}
+
+
+@contextlib.contextmanager
+def cells_refused(core: Memesh) -> Iterator[None]:
+    """Inside the block every scene shard's cells table refuses its commits, as a storage outage would."""
+    real = {id(shard): shard._cells.write for shard in _shards(core)}
+    for shard in _shards(core):
+        shard._cells.write = _broken
+    try:
+        yield
+    finally:
+        for shard in _shards(core):
+            shard._cells.write = real[id(shard)]
 
 
 async def all_committed(core: Memesh) -> None:
@@ -200,14 +214,10 @@ async def test_a_journaled_write_whose_commit_failed_lands_once_storage_answers_
         writer, _ = await agent(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
         await all_committed(core)
-        real = {id(shard): shard._cells.write for shard in _shards(core)}
-        for shard in _shards(core):
-            shard._cells.write = _broken
-        (cell,) = await core.memory.write_cells(writer, [NewCell("the ferry timetable changed", CellType.FACT)])
-        await asyncio.sleep(0.3)  # its commit fails behind the answer
-        assert (await core.health())["journal_pending"] == 1
-        for shard in _shards(core):
-            shard._cells.write = real[id(shard)]
+        with cells_refused(core):
+            (cell,) = await core.memory.write_cells(writer, [NewCell("the ferry timetable changed", CellType.FACT)])
+            await asyncio.sleep(0.3)  # its commit fails behind the answer
+            assert (await core.health())["journal_pending"] == 1
         await all_committed(core)  # no other write comes: the retry alone commits it (0.5 s, then 1 s, ...)
         owner = next(shard for shard in _shards(core) if cell.id in shard.partition.cells)
         assert cell.id in owner._cells and (await core.health())["journal_pending"] == 0
@@ -221,18 +231,14 @@ async def test_an_erase_leaves_no_byte_of_the_cell_in_the_journal(make_core: Cal
     try:
         writer, _ = await agent(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
-        real = {id(shard): shard._cells.write for shard in _shards(core)}
-        for shard in _shards(core):
-            shard._cells.write = _broken
-        (secret,) = await core.memory.write_cells(writer, [NewCell("the vault code is quokka-7731", CellType.FACT)])
-        await core.memory.write_cells(writer, [NewCell("a note that stays", CellType.FACT)])
-        assert grep(tmp_path / "data", "quokka-7731")
-        scope = parse_scope("node", secret.id, None)
-        erase = asyncio.create_task(core.data.erase(T1_ADMIN, scope, f"node:{secret.id}", dry_run=False))
-        await asyncio.sleep(1.0)  # it cannot empty the journal while the table refuses: it retries
-        assert not erase.done() and grep(tmp_path / "data" / "lance" / JOURNAL_DIR, "quokka-7731")
-        for shard in _shards(core):
-            shard._cells.write = real[id(shard)]
+        with cells_refused(core):
+            (secret,) = await core.memory.write_cells(writer, [NewCell("the vault code is quokka-7731", CellType.FACT)])
+            await core.memory.write_cells(writer, [NewCell("a note that stays", CellType.FACT)])
+            assert grep(tmp_path / "data", "quokka-7731")
+            scope = parse_scope("node", secret.id, None)
+            erase = asyncio.create_task(core.data.erase(T1_ADMIN, scope, f"node:{secret.id}", dry_run=False))
+            await asyncio.sleep(1.0)  # it cannot empty the journal while the table refuses: it retries
+            assert not erase.done() and grep(tmp_path / "data" / "lance" / JOURNAL_DIR, "quokka-7731")
         assert (await asyncio.wait_for(erase, 30)).digest  # the retry completes and certifies
         assert grep(tmp_path / "data", "quokka-7731") == []
     finally:
