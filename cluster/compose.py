@@ -49,7 +49,7 @@ BOOTSTRAP_KEY_FILE = "bootstrap-admin.key"
 
 def directory_spec(settings: Settings) -> DirectorySpec:
     ray = settings.ray
-    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards, settings.embedding.pool)
+    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards, settings.embedder_pool)
 
 
 def storage_config(settings: Settings) -> StorageConfig:
@@ -139,7 +139,7 @@ def actor_plan(
     plan["console_state"] = (ConsoleState, (console,))
     embedding = settings.embedding
     model = partial(make_engine, embedding.engine, embedding.dims, embedding.threads)  # built in each embedder actor
-    for i in range(embedding.pool):
+    for i in range(settings.embedder_pool):
         plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch),))
     return plan
 
@@ -194,7 +194,7 @@ def build_memesh(settings: Settings) -> Memesh:
     directory, settled = build_directory(settings, local.dims)
     for move in settled.moves:
         log.warning("resize: %s", move)
-    pool = settings.embedding.pool
+    pool = settings.embedder_pool
     engine: EmbeddingEngine = PooledEngine(directory, local.name, local.dims, pool) if pool else local
     limits, quotas, embedding = settings.limits, settings.quotas, settings.embedding
     memesh = Memesh(

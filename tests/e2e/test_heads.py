@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servers import BIN, Server, assert_envelope, free_port
 
@@ -106,3 +107,20 @@ def test_an_embedder_pool_embeds_for_the_heads(ray_address: str, tmp_path: Path)
         assert texts >= 3, "the head embedded on its own: the pool was not used"
     finally:
         server.stop()
+
+
+def test_the_real_model_runs_in_one_embedder_actor_by_default(server: Server) -> None:
+    """With no ``embedding.pool`` set, a model engine on Ray embeds in one embedder actor, not in the head."""
+    import ray
+
+    key = server.issue("pool-default", "Writer", "w")["plaintext_secret"]
+    embedder = ray.get_actor("embedder:0", namespace=server.namespace)
+    before = ray.get(embedder.health.remote(), timeout=30)["embed_texts"]
+    with server.http(key) as http:
+        cell = http.post("/v1/cells", json={"content": "the invoice batch was re-sent to the bank", "cell_type": "Fact"})
+        assert cell.status_code == 201, cell.text
+        found = http.post("/v1/recall", json={"text": "payment file sent again", "k": 3}).json()
+        assert cell.json()["id"] in str(found)
+    assert ray.get(embedder.health.remote(), timeout=30)["embed_texts"] >= before + 2, "the head embedded on its own"
+    with pytest.raises(ValueError):
+        ray.get_actor("embedder:1", namespace=server.namespace)  # one actor: one copy of the model on this machine

@@ -22,6 +22,16 @@ def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert s.observatory_enabled is True  # dev profile
 
 
+def test_the_embedder_pool_is_one_actor_for_a_model_engine_on_ray(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert Settings().embedder_pool == 1  # minilm on Ray: the model out of the head's process
+    assert Settings(embedding={"engine": "minilm-onnx"}).embedder_pool == 1
+    assert Settings(embedding={"engine": "hash"}).embedder_pool == 0  # no model: embedding in the head costs less than a hop
+    assert Settings(ray={"in_process": True}).embedder_pool == 0  # no Ray: no process to move the model to
+    assert Settings(embedding={"pool": 0}).embedder_pool == 0  # an operator's choice wins
+    assert Settings(embedding={"engine": "hash", "pool": 3}).embedder_pool == 3
+
+
 def test_nested_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MEMESH_PULL__MAX_BATCH", "128")
