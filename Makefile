@@ -42,8 +42,10 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
+# Two test processes (pytest-xdist), whole files each: the suite waits on servers starting more than it
+# computes, and each process brings up its own session Ray when its first Ray test asks for it.
 test: install $(OIDC_STAMP) $(HOSTS_STAMP) browser lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 unit: install
 	$(PY) -m pytest -m "not ray and not e2e"

@@ -4,7 +4,9 @@
   ``tmp_path``, the ``hash`` engine unless a test needs semantics; Ray is
   forbidden (``ray.init`` raises), as in Ray Serve's unit tests.
 - ``tests/ray`` (marker ``ray``): actors on one real local Ray shared by the
-  whole session.
+  whole session (``make test`` runs two test processes with pytest-xdist,
+  whole files each; each process starts its own session Ray when its first
+  Ray or e2e test asks for one, so a test never sees another's extra node).
 - ``tests/e2e`` (marker ``e2e``): ``memesh serve`` as a subprocess joined to
   that same Ray, used over real sockets (HTTP, gRPC, the CLI).
 - ``tests/adversarial`` (markers ``e2e`` and ``adversarial``): the same
@@ -58,7 +60,7 @@ def _forbid_ray_in_unit_tests(request: pytest.FixtureRequest, monkeypatch: pytes
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
-    """One real local Ray for the whole session; yields its GCS address."""
+    """One real local Ray for the whole session (per pytest-xdist process); yields its GCS address."""
     import ray
 
     context = ray.init(namespace="memesh-tests", include_dashboard=False, num_cpus=2, log_to_driver=False)

@@ -50,9 +50,14 @@ def free_port() -> int:
     kernel's ephemeral range and above Ray's worker ports: a port the kernel hands out could be taken by
     any outgoing connection (Ray makes many) between this check and the server's bind, which failed a
     run with EADDRINUSE; and a server's three ports are chosen before it binds any, so a random pick
-    could repeat within them (a CI run gave REST and the gRPC data plane the same port)."""
+    could repeat within them (a CI run gave REST and the gRPC data plane the same port). Each
+    pytest-xdist process draws from its own share of the range."""
     ephemeral = _ephemeral_ports()
     pool = range(RAY_WORKER_PORTS.stop, min(ephemeral.start, 65_536))
+    # Under pytest-xdist each test process takes its own residue class, so two processes never hand out
+    # the same port in the seconds between this check and their servers' binds.
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", "gw0"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    pool = pool[int(worker.removeprefix("gw") or 0) % workers :: workers]
     for _ in range(200 if len(pool) else 0):
         port = random.choice(pool)
         if port in _HANDED_OUT:

@@ -77,7 +77,10 @@ class Load:
         threads = [threading.Thread(target=self.write, args=(s,)) for s in range(2)] + [threading.Thread(target=self.drain)]
         for thread in threads:
             thread.start()
-        time.sleep(LOAD_S)
+        deadline = time.monotonic() + 60  # a first write pays the shards' first loads: on a busy machine, seconds
+        while not self.written and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(LOAD_S)  # then LOAD_S of load, so every round's kill lands mid-load with writes behind it
         self.server.kill9()  # mid-load: requests are in flight
         self.stop.set()
         for thread in threads:
