@@ -52,6 +52,8 @@ class Load:
                         body = {"content": f"kill9 single r{self.round} s{seed} {n}", "cell_type": "Fact", "salience": 0.9}
                         answer = http.post("/v1/cells", json=body)
                         ids = [answer.json()["id"]] if answer.status_code == 201 else []
+                except httpx.TimeoutException:
+                    continue  # a slow answer is not an acknowledgement; keep writing
                 except httpx.HTTPError:
                     return  # the server is gone
                 with self.lock:

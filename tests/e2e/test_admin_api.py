@@ -209,9 +209,10 @@ def test_erase_node_delete_and_reembed(admin_server: Server, root: httpx.Client)
             ).status_code
             == 201
         )
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     with admin_server.http(listener) as http:
-        while len(http.post("/v1/inbox:pull", json={}).json()["items"]) < 2 and time.monotonic() < deadline:
+        while len(http.post("/v1/inbox:pull", json={}).json()["items"]) < 2:
+            assert time.monotonic() < deadline, "the two deliveries never reached the listener"
             time.sleep(0.1)
 
     scope = {"kind": "project", "id": "alpha", "tenant_id": "erase-co"}

@@ -140,7 +140,11 @@ def test_a_deployment_on_the_object_store_restarts_resized_with_every_cell_beaco
                     written[response.json()["id"]] = (writer, content)
             with server.http(listener) as http:
                 listeners[listener] = (ack_first_delivery(http), [])
-        time.sleep(1.0)  # the walks of the last writes land
+        import ray
+
+        for i in range(2):  # every queued walk done, its deliveries committed (a fixed sleep was not enough under load)
+            shard = ray.get_actor(f"scene_shard:{i}", namespace=server.namespace)
+            ray.get(shard.settle.remote(60.0), timeout=90)
         for listener, (acked, _) in listeners.items():
             with server.http(listener) as http:
                 shown = sorted(i["delivery_seq"] for i in http.post("/v1/inbox:pull", json={}).json()["items"])

@@ -14,7 +14,7 @@ from tests.servers import Server, assert_envelope
 
 
 def pull_until(
-    server: Server, key: str, want: int, body: dict[str, Any] | None = None, timeout_s: float = 20.0
+    server: Server, key: str, want: int, body: dict[str, Any] | None = None, timeout_s: float = 60.0
 ) -> dict[str, Any]:
     """Pull (without acknowledging) until ``want`` items are visible; walks run after the write is acknowledged."""
     deadline = time.monotonic() + timeout_s

@@ -62,7 +62,7 @@ def test_a_crash_loses_no_acknowledged_write(ray_address: str, tmp_path: Path) -
             response = http.post("/v1/cells", json={"content": f"acknowledged write {i}", "cell_type": "Fact"})
             assert response.status_code == 201
             acknowledged.append(response.json()["id"])
-    server.stop(signal.SIGKILL)
+    server.kill9()  # SIGKILL, then wait until Ray reaped its actors: the next start is the data's only writer
     again = Server(tmp_path / "data", ray_address, "hash").start()
     try:
         with again.http(key) as http:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -87,10 +88,19 @@ def test_retry_after_is_honoured_and_a_refusal_without_retries_carries_it(server
     """The session server's Read bucket is 60 deep and refills 20 per second (tests/servers.py)."""
     key = server.issue("sdk-rate", "Reader", "sdk-reader")["plaintext_secret"]
     with Memesh(server.base_url, key, retry=RetryPolicy(max_retries=0)) as impatient:
-        with pytest.raises(RateLimited) as limited:
-            for _ in range(200):  # bounded: the bucket empties long before
+
+        def refusal(_: int) -> RateLimited | None:
+            try:
                 impatient.list_cells(limit=1)
-        assert limited.value.status == 429 and limited.value.retry_after is not None and limited.value.retry_after > 0
+            except RateLimited as refused:
+                return refused
+            return None
+
+        with ThreadPoolExecutor(20) as pool:  # 200 calls at once: the bucket cannot refill between them
+            refusals = [r for r in pool.map(refusal, range(200)) if r is not None]
+        assert refusals, "200 concurrent reads against a bucket of 60 were never refused"
+        limited = refusals[0]
+        assert limited.status == 429 and limited.retry_after is not None and limited.retry_after > 0
     with Memesh(server.base_url, key, retry=RetryPolicy(max_retries=50, max_wait_s=5)) as patient:
         started = time.monotonic()
         for _ in range(30):  # the bucket is empty: each call waits for its token instead of failing

@@ -75,7 +75,11 @@ async def test_each_head_holds_its_share_of_a_rate_limit(make_core: Callable[...
     b = second_head(a, in_process_settings(tmp_path / "data", **limits))
     await a.join_heads()
     await b.join_heads()
-    await asyncio.sleep(1.2)  # a's next poll reports two heads
+    for _ in range(200):  # a's next poll reports two heads (bounded: 10 s)
+        if a.heads.heads == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert a.heads.heads == 2, "head a never saw head b"
     issued = await a.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
     principal = await a.principal(issued.plaintext_secret)
     charged = {}

@@ -87,10 +87,10 @@ def test_thousands_of_tied_vectors_cost_no_python_sort() -> None:
     ids = [f"00000000-0000-7000-8000-{n:012d}" for n in range(20_000)]
     for node_id in reversed(ids):
         index.upsert(node_id, vector)
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: another test process on the same cores does not count
     hits = index.search(vector, 10)
     many = index.search_many(np.stack([vector, vector]), 10)
-    elapsed = time.perf_counter() - started
+    elapsed = time.process_time() - started
     assert [h[0] for h in hits] == ids[:10] and [h[0] for h in many[1]] == ids[:10]
     assert elapsed < 0.5, elapsed  # a Python sort of 20k tied ids per query took seconds here
 

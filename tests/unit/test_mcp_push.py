@@ -31,6 +31,7 @@ TIMEOUT_S = 1.0
 
 @asynccontextmanager
 async def serving(core: Memesh) -> AsyncIterator[str]:
+    await core.health(timeout_s=60.0)  # every actor loaded first: the 1 s timeout is for the stream, not a cold start
     app = create_app(core, request_timeout_s=TIMEOUT_S)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning"))
     task = asyncio.create_task(server.serve())
