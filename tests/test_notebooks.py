@@ -23,7 +23,7 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 KERNEL_NAME = "memesh-test-python"
-CELL_TIMEOUT_S = 120
+CELL_TIMEOUT_S = 300  # a hang guard: the propagation sweep's one cell builds 13 cores with the real model
 
 
 def _kernel_manager(root: Path) -> AsyncKernelManager:

@@ -101,11 +101,14 @@ def test_retry_after_is_honoured_and_a_refusal_without_retries_carries_it(server
         assert refusals, "200 concurrent reads against a bucket of 60 were never refused"
         limited = refusals[0]
         assert limited.status == 429 and limited.retry_after is not None and limited.retry_after > 0
-    with Memesh(server.base_url, key, retry=RetryPolicy(max_retries=50, max_wait_s=5)) as patient:
+    seen: list[int] = []  # every status the patient client received, its refused tries included
+    http = httpx.Client(base_url=server.base_url, timeout=30, event_hooks={"response": [lambda r: seen.append(r.status_code)]})
+    with Memesh(server.base_url, key, retry=RetryPolicy(max_retries=50, max_wait_s=5), http=http) as patient:
         started = time.monotonic()
-        for _ in range(30):  # the bucket is empty: each call waits for its token instead of failing
-            patient.list_cells(limit=1)
+        with ThreadPoolExecutor(10) as pool:  # the bucket is empty: each call waits for its token instead of failing
+            list(pool.map(lambda _: patient.list_cells(limit=1), range(30)))
         assert time.monotonic() - started >= 0.5
+    assert seen.count(200) == 30 and 429 in seen, "the client never met a 429: nothing was retried"
 
 
 def test_the_async_inbox_stream_delivers_acknowledges_and_resumes(server: Server) -> None:

@@ -42,24 +42,32 @@ def segments(directory: Path) -> dict[str, int]:
 
 
 @contextlib.contextmanager
-def cells_refused(core: Memesh) -> Iterator[None]:
-    """Inside the block every scene shard's cells table refuses its commits, as a storage outage would."""
+def cells_refused(core: Memesh) -> Iterator[list[int]]:
+    """Inside the block every scene shard's cells table refuses its commits, as a storage outage would; yields
+    the list of refused commits (one entry each), so a test can wait for the first instead of sleeping."""
     real = {id(shard): shard._cells.write for shard in _shards(core)}
+    refused: list[int] = []
+
+    async def refusing(*args: object) -> None:
+        refused.append(1)
+        await _broken(*args)
+
     for shard in _shards(core):
-        shard._cells.write = _broken
+        shard._cells.write = refusing
     try:
-        yield
+        yield refused
     finally:
         for shard in _shards(core):
             shard._cells.write = real[id(shard)]
 
 
 async def all_committed(core: Memesh) -> None:
-    """Until no journaled write waits for its table (``memesh_write_journal_pending`` 0), for up to 10 s."""
-    for _ in range(100):
+    """Until no journaled write waits for its table (``memesh_write_journal_pending`` 0); fails after 60 s."""
+    for _ in range(600):
         if (await core.health())["journal_pending"] == 0:
             return
         await asyncio.sleep(0.1)
+    raise AssertionError("journaled writes still wait for their table after 60 s")
 
 
 def test_a_journal_reads_back_its_records_in_order_and_ignores_a_torn_last_one(tmp_path: Path) -> None:
@@ -214,9 +222,13 @@ async def test_a_journaled_write_whose_commit_failed_lands_once_storage_answers_
         writer, _ = await agent(core)
         await core.memory.write_cells(writer, [NewCell("warm the tables up", CellType.FACT)])
         await all_committed(core)
-        with cells_refused(core):
+        with cells_refused(core) as refused:
             (cell,) = await core.memory.write_cells(writer, [NewCell("the ferry timetable changed", CellType.FACT)])
-            await asyncio.sleep(0.3)  # its commit fails behind the answer
+            for _ in range(300):  # its commit fails behind the answer (bounded: 30 s)
+                if refused:
+                    break
+                await asyncio.sleep(0.1)
+            assert refused, "the commit behind the answer was never tried"
             assert (await core.health())["journal_pending"] == 1
         await all_committed(core)  # no other write comes: the retry alone commits it (0.5 s, then 1 s, ...)
         owner = next(shard for shard in _shards(core) if cell.id in shard.partition.cells)
