@@ -19,14 +19,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urljoin
 
 import httpx
 import pytest
+from websockets.exceptions import InvalidStatus
 
 BIN = Path(sys.executable).parent
 
@@ -199,6 +201,21 @@ def ack_first_delivery(http: httpx.Client, timeout_s: float = 60.0) -> int:
     acked = int(min(i["delivery_seq"] for i in page["items"]))
     assert http.post("/v1/inbox:pull", json={"ack": acked}).json()["cursor"] == acked
     return acked
+
+
+T = TypeVar("T")
+
+
+def enter_when_admitted(stack: ExitStack, opener: Callable[[], AbstractContextManager[T]], timeout_s: float) -> T:
+    """Open a WebSocket stream into ``stack``, again while the server answers 429: a slot a closed client held
+    comes back once the server has seen it go. Anything else, or a 429 past ``timeout_s``, fails the test."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return stack.enter_context(opener())
+        except InvalidStatus as exc:
+            assert exc.response.status_code == 429 and time.monotonic() < deadline, exc
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

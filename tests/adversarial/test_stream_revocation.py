@@ -18,7 +18,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from tests.servers import OidcProvider, Server, console_login
+from tests.servers import OidcProvider, Server, console_login, enter_when_admitted
 
 CLOSE_WITHIN_S = 5.0
 
@@ -83,14 +83,8 @@ def test_an_agent_holds_a_bounded_number_of_streams_and_acks_are_charged(server:
         assert len(refused_acks) >= 400 - 200 - 100 * elapsed - 2, f"{len(refused_acks)} refused in {elapsed:.2f}s"
         ws.send(json.dumps({"ack": 0}))  # a refused ack does not close the stream: it still answers
         assert set(json.loads(ws.recv(timeout=10))) in ({"cursor"}, {"error"})
-    deadline = time.monotonic() + 30  # the slots come back once the server has seen the clients go
-    while True:
-        try:
-            with inbox(server, key):
-                break
-        except InvalidStatus as exc:
-            assert exc.response.status_code == 429 and time.monotonic() < deadline
-            time.sleep(0.2)
+    with contextlib.ExitStack() as again:  # the slots came back
+        enter_when_admitted(again, lambda: inbox(server, key), 30)
 
 
 def observatory(admin_server: Server, session: httpx.Client) -> ClientConnection:

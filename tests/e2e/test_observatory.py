@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from actors.propagation import diff_id_of
-from tests.servers import OidcProvider, Server, assert_envelope, console_login
+from tests.servers import OidcProvider, Server, assert_envelope, console_login, enter_when_admitted
 from tests.unit.helpers import EVENT_FIELDS
 
 SESSION_COOKIE = "service_admin_session"
@@ -139,27 +139,14 @@ def test_a_project_admin_sees_only_its_tenant(admin_server: Server, oidc_provide
 def test_the_seventeenth_stream_is_refused_with_429_before_the_upgrade(admin_server: Server, oidc_provider: OidcProvider) -> None:
     root = operator(admin_server, oidc_provider, "system", "ServiceAdmin")
     with contextlib.ExitStack() as open_streams:
-        for _ in range(16):
-            deadline = time.monotonic() + 10  # a stream of an earlier test may still be giving its slot back
-            while True:
-                try:
-                    open_streams.enter_context(stream(admin_server, root))
-                    break
-                except InvalidStatus as exc:
-                    assert exc.response.status_code == 429 and time.monotonic() < deadline
-                    time.sleep(0.2)
+        for _ in range(16):  # a stream of an earlier test may still be giving its slot back
+            enter_when_admitted(open_streams, lambda: stream(admin_server, root), 10)
         denied = refused(admin_server, root)
         assert denied.response.status_code == 429
         body = json.loads(denied.response.body or b"{}")
         assert body["error"]["code"] == "quota_exceeded"
-    deadline = time.monotonic() + 10
-    while True:  # every slot comes back once the clients have gone
-        try:
-            with stream(admin_server, root):
-                break
-        except InvalidStatus as exc:
-            assert exc.response.status_code == 429 and time.monotonic() < deadline
-            time.sleep(0.2)
+    with contextlib.ExitStack() as again:  # every slot comes back once the clients have gone
+        enter_when_admitted(again, lambda: stream(admin_server, root), 10)
     root.close()
 
 
