@@ -53,6 +53,7 @@ from mesh.seam import Directory
 from mesh.standing import StandingPrior
 from mesh.storage_cost import stored_bytes
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
+from mesh.walk_wire import WaveAnswers
 
 log = logging.getLogger(__name__)
 REMEMBERED_REMOVALS = 64  # per agent: what makes a repeated removal a no-op
@@ -269,7 +270,7 @@ class BeaconSet(BeaconReembedding):
         if moves:
             await self._move_agents(moves)
         self._fold([r for r in requests if r.observe])
-        answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
+        answers = WaveAnswers({} for _ in requests)  # pickled packed: one matrix, no per-candidate objects
         groups: dict[tuple[str, str | None], list[int]] = {}
         for n, request in enumerate(requests):
             groups.setdefault((request.tenant_id, request.exclude_agent), []).append(n)

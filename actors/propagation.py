@@ -34,6 +34,7 @@ from mesh.presence import Owner, OwnerPresence
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
 from mesh.walk import Candidate, Criterion, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
+from mesh.walk_wire import WaveRequests
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +186,12 @@ class Propagator:
         moves: list[tuple[str, str, Vector]] | None = None,
     ) -> Awaitable[list[dict[str, list[Candidate]]]]:
         kind, index = owner
-        if kind == "beacon_set":
-            return directory.beacon_set(index).neighbours_many(requests, now, moves)
         if self._local is not None and self._is_local(kind, index):
             return self._local[1](requests)
-        return directory.scene_shard(index).neighbours_many(requests)
+        wave = WaveRequests(requests)  # pickled packed: one matrix for the frontier and diff vectors
+        if kind == "beacon_set":
+            return directory.beacon_set(index).neighbours_many(wave, now, moves)
+        return directory.scene_shard(index).neighbours_many(wave)
 
     async def pull_presence(self, attempts: int = 6, timeout_s: float = 30.0) -> None:
         """Ask every other owner which tenants it holds (a walker that starts knows nobody: until an owner

@@ -11,13 +11,14 @@ import numpy as np
 
 from mesh.partition import MemoryPartition
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
+from mesh.walk_wire import WaveAnswers
 
 
 def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
     """For each walk's wave, each frontier node's nearest live scenes of its tenant as walk candidates
     (similarity to the node, relevance to the diff, the centroid the next wave searches around): one
     matrix product per tenant for all the requests."""
-    answers: list[dict[str, list[Candidate]]] = [{} for _ in requests]
+    answers = WaveAnswers({} for _ in requests)  # pickled packed: one matrix, no per-candidate objects
     by_tenant: dict[str, list[int]] = {}
     for n, request in enumerate(requests):
         by_tenant.setdefault(request.tenant_id, []).append(n)

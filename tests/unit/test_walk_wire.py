@@ -1,0 +1,94 @@
+"""A wave's requests and answers travel packed (``mesh.walk_wire``) and arrive as the objects that were sent."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mesh.walk import Candidate, NeighbourRequest, NodeKind
+from mesh.walk_wire import WaveAnswers, WaveRequests
+
+DIMS = 8
+
+
+def vector(seed: int, dtype: Any = np.float32) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(DIMS).astype(dtype)
+
+
+def same_candidate(a: Candidate, b: Candidate) -> bool:
+    plain = ("node_id", "kind", "similarity", "relevance", "agent_id", "standing")
+    if any(getattr(a, f) != getattr(b, f) for f in plain):
+        return False
+    if a.vector is None or b.vector is None:
+        return a.vector is None and b.vector is None
+    return a.vector.dtype == b.vector.dtype and np.array_equal(a.vector, b.vector)
+
+
+def test_answers_arrive_whole_with_empty_lists_missing_vectors_and_order_kept() -> None:
+    sent = WaveAnswers(
+        [
+            {
+                "s1": [
+                    Candidate("s2", NodeKind.SCENE, 0.9, 0.4, None, vector(1)),
+                    Candidate("b1", NodeKind.BEACON, 0.7, 0.6, "alice", None, 1.5),
+                    Candidate("s3", NodeKind.SCENE, 0.6, -0.1, None, vector(2)),
+                ],
+                "s9": [],  # asked, found nothing: the walk must learn that too
+            },
+            {},
+            {"s4": [Candidate("a1", NodeKind.AGENT, 0.5, 0.5, "bob", None, None)]},
+        ]
+    )
+    got = pickle.loads(pickle.dumps(sent))
+    assert type(got) is WaveAnswers and len(got) == 3
+    assert [list(a) for a in got] == [["s1", "s9"], [], ["s4"]]
+    for a, b in zip(sent, got, strict=True):
+        for frontier in a:
+            assert len(a[frontier]) == len(b[frontier])
+            assert all(same_candidate(x, y) for x, y in zip(a[frontier], b[frontier], strict=True))
+    assert pickle.loads(pickle.dumps(WaveAnswers())) == []
+
+
+def test_requests_arrive_whole_with_their_frontier_and_diff_vectors() -> None:
+    sent = WaveRequests(
+        [
+            NeighbourRequest("t1", [("s1", vector(1)), ("s2", vector(2))], vector(3), 4, "alice", 8, True),
+            NeighbourRequest("t2", [], vector(4), 2, None),
+            NeighbourRequest("t1", [("s5", vector(5))], vector(6), 3, None, 2, False),
+        ]
+    )
+    got = pickle.loads(pickle.dumps(sent))
+    assert type(got) is WaveRequests and len(got) == 3
+    for a, b in zip(sent, got, strict=True):
+        fields = ("tenant_id", "k", "exclude_agent", "leaf_k", "observe")
+        assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
+        assert [q for q, _ in a.queries] == [q for q, _ in b.queries]
+        assert all(np.array_equal(x, y) and y.dtype == np.float32 for (_, x), (_, y) in zip(a.queries, b.queries, strict=True))
+        assert np.array_equal(a.diff_vector, b.diff_vector)
+
+
+candidates = st.builds(
+    Candidate,
+    st.text(min_size=1, max_size=6),
+    st.sampled_from(list(NodeKind)),
+    st.floats(-1, 1),
+    st.floats(-1, 1),
+    st.none() | st.text(max_size=4),
+    st.none() | st.integers(0, 1000).map(vector),
+    st.none() | st.floats(-5, 5),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.dictionaries(st.text(min_size=1, max_size=4), st.lists(candidates, max_size=4), max_size=3), max_size=4))
+def test_any_answer_round_trips(answers: list[dict[str, list[Candidate]]]) -> None:
+    got = pickle.loads(pickle.dumps(WaveAnswers(answers)))
+    assert [list(a) for a in got] == [list(a) for a in answers]
+    for a, b in zip(answers, got, strict=True):
+        for frontier in a:
+            assert len(a[frontier]) == len(b[frontier])
+            assert all(same_candidate(x, y) for x, y in zip(a[frontier], b[frontier], strict=True))
