@@ -175,15 +175,39 @@ class VectorIndex:
         if n == 0 or k <= 0 or len(queries) == 0:
             return [[] for _ in range(len(queries))]
         allowed = self._live[:n] if mask is None else (self._live[:n] & mask)
-        rows = np.flatnonzero(allowed)
-        if rows.size == 0:
-            return [[] for _ in range(len(queries))]
-        sims = self._matrix[rows] @ queries.astype(np.float32, copy=False).T  # rows x queries
-        answers = []
-        for j in range(len(queries)):
-            column = sims[:, j]
-            answers.append([(self._ids[int(rows[i])], float(column[i])) for i in self._best(column, rows, k)])
-        return answers
+        if allowed.all():  # the live rows themselves, not a copy of them
+            rows, matrix = np.arange(n), self._matrix[:n]
+        else:
+            rows = np.flatnonzero(allowed)
+            if rows.size == 0:
+                return [[] for _ in range(len(queries))]
+            matrix = self._matrix[rows]
+        sims = matrix @ queries.astype(np.float32, copy=False).T  # rows x queries
+        best = self._best_many(sims, rows, k)  # k x queries positions, each column best first
+        ids = self._ids
+        found_rows, found_sims = rows[best].T.tolist(), np.take_along_axis(sims, best, axis=0).T.tolist()
+        return [[(ids[r], s) for r, s in zip(rs, ss, strict=True)] for rs, ss in zip(found_rows, found_sims, strict=True)]
+
+    def _best_many(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> Rows:
+        """``_best`` for every column of ``sims`` at once: one partition and one lexsort for all of them. A
+        column whose k-th best score is shared by rows left outside the partition's pick (exact ties at the
+        boundary) is redone by ``_best``, which chooses among them by id."""
+        m = sims.shape[0]
+        if k >= m:
+            top: Rows = np.broadcast_to(np.arange(m)[:, None], sims.shape)
+            unsure: Rows = np.zeros(0, dtype=np.intp)
+        else:
+            negated = -sims
+            top = np.argpartition(negated, k - 1, axis=0)[:k]
+            picked = np.take_along_axis(negated, top, axis=0)
+            kth = picked.max(axis=0)
+            unsure = np.flatnonzero((negated == kth).sum(axis=0) != (picked == kth).sum(axis=0))
+        chosen = rows[top]
+        order = np.lexsort((self._key_lo[chosen], self._key_hi[chosen], -np.take_along_axis(sims, top, axis=0)), axis=0)
+        best = np.take_along_axis(top, order, axis=0)
+        for j in unsure:
+            best[:, j] = self._best(sims[:, j], rows, k)
+        return best
 
     def _ordered(self, positions: Rows, sims: npt.NDArray[np.float32], rows: Rows) -> Rows:
         """``positions`` (into ``sims``/``rows``) by score, best first, ties by id key."""
