@@ -24,7 +24,13 @@ Row = tuple[str, str, float, float, "str | None", "float | None", int]  # a cand
 
 
 def _matrix(vectors: list[Any]) -> np.ndarray[Any, Any] | None:
-    return np.stack(vectors) if vectors else None  # the vectors' own dtype: the values travel unchanged
+    return np.stack(vectors) if vectors else None
+
+
+def _one_kind(vectors: list[Any]) -> bool:
+    """True when one matrix holds them all unchanged: a single dtype and shape (always, in a deployment of one
+    engine); otherwise the message travels as plain objects, so no vector is cast or refused."""
+    return len({(v.dtype, v.shape) for v in vectors}) <= 1
 
 
 class WaveAnswers(list[dict[str, list[Candidate]]]):
@@ -45,6 +51,8 @@ class WaveAnswers(list[dict[str, list[Candidate]]]):
                     out.append((c.node_id, c.kind.value, c.similarity, c.relevance, c.agent_id, c.standing, at))
                 packed[frontier_id] = out
             rows.append(packed)
+        if not _one_kind(vectors):
+            return (WaveAnswers, (list(self),))
         return (_answers, (rows, _matrix(vectors)))
 
 
@@ -71,6 +79,8 @@ class WaveRequests(list[NeighbourRequest]):
             vectors += [vector for _, vector in r.queries]
             vectors.append(r.diff_vector)
             rows.append((r.tenant_id, [node_id for node_id, _ in r.queries], r.k, r.exclude_agent, r.leaf_k, r.observe))
+        if not _one_kind(vectors):
+            return (WaveRequests, (list(self),))
         return (_requests, (rows, _matrix(vectors)))
 
 

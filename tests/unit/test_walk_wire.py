@@ -92,3 +92,22 @@ def test_any_answer_round_trips(answers: list[dict[str, list[Candidate]]]) -> No
         for frontier in a:
             assert len(a[frontier]) == len(b[frontier])
             assert all(same_candidate(x, y) for x, y in zip(a[frontier], b[frontier], strict=True))
+
+
+def test_vectors_of_another_dtype_or_shape_travel_unchanged() -> None:
+    """One matrix would cast a float64 vector's neighbours (or refuse another width): such a message goes as
+    plain objects, and every vector keeps its own dtype and values."""
+    requests = WaveRequests(
+        [
+            NeighbourRequest("t1", [("s1", vector(1))], vector(2), 4, None),
+            NeighbourRequest("t1", [("s2", vector(3, np.float64))], vector(4, np.float64), 4, None),
+        ]
+    )
+    got = pickle.loads(pickle.dumps(requests))
+    assert [r.diff_vector.dtype for r in got] == [np.float32, np.float64]
+    assert all(np.array_equal(a.diff_vector, b.diff_vector) for a, b in zip(requests, got, strict=True))
+    answers = WaveAnswers([{"s1": [Candidate("s2", NodeKind.SCENE, 0.9, 0.4, None, np.ones(3, dtype=np.float32))]}, {}])
+    answers[1]["s5"] = [Candidate("s6", NodeKind.SCENE, 0.8, 0.2, None, vector(5))]  # another width
+    back = pickle.loads(pickle.dumps(answers))
+    assert type(back) is WaveAnswers and all(same_candidate(a, b) for a, b in zip(answers[1]["s5"], back[1]["s5"], strict=True))
+    assert back[0]["s1"][0].vector.shape == (3,)
