@@ -1,0 +1,140 @@
+"""Recall during a write burst, beside recall on the idle server (issue 12: "recall p99 during a write burst
+within 2x of idle").
+
+One ``hash`` server (the engine costs next to nothing, so what a reader meets is the burst's walks and
+commits, not the model), holding ``--cells`` cells over seven projects and a few listeners with beacons,
+so the burst's walks deliver:
+
+- **idle**: one client recalls ``--requests`` times (k 10, after 20 unreported warm-ups);
+- **burst**: ``--writers`` clients post ``cells:batch`` of 64 fresh cells each into the same tenant for
+  ``--burst-s`` seconds (a 429 waits its ``Retry-After``, or 0.2 s, and counts); one client recalls
+  without pause from the burst's start until the last walk the burst started has drained
+  (``memesh_walk_backlog`` 0);
+- the figures: recall p50 and p99 idle and during the burst (the bar: p99 within 2x of idle's), the
+  cells the burst wrote and their rate, the refusals, and how long the walks ran on after the last write.
+
+Run: ``.venv/bin/python -m bench.burst [--cells 10000] [--burst-s 20] [--writers 2] [--requests 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import httpx
+
+from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, Stats, banner
+from bench.concurrency import concurrent_recalls
+from bench.writes import BATCH
+
+SECTION = "burst"
+SEED = 4242
+PROJECTS = [f"burst-{n}" for n in range(7)]
+INTERESTS = ["replication lag on the primary", "certificate expiry", "queue consumer stalls", "disk pressure on nodes"]
+
+
+async def backlog(client: httpx.AsyncClient) -> float:
+    text = (await client.get("/metrics")).text
+    found = [line for line in text.splitlines() if line.startswith("memesh_walk_backlog ")]
+    return float(found[0].split()[1]) if found else 0.0
+
+
+async def load_corpus(server: MemeshServer, key: str, gen: SentenceGen, cells: int) -> None:
+    async with server.async_client(key, 4) as client:
+        for start in range(0, cells, BATCH):
+            body = {"cells": [gen.cell(t, PROJECTS[(start // BATCH) % len(PROJECTS)]) for t in gen.many(BATCH)]}
+            response = await client.post("/v1/cells:batch", content=json.dumps(body), headers=JSON_HEADERS)
+            if response.status_code == 429:
+                await asyncio.sleep(float(response.headers.get("retry-after", "1")))
+                continue  # a few cells fewer: the corpus's size is approximate
+            response.raise_for_status()
+
+
+async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, seconds: float) -> dict[str, float]:
+    """Writers for ``seconds`` and one reader until their walks drain; the reader's latencies and the counts."""
+    written = refused = 0
+    latencies: list[float] = []
+    writing = asyncio.Event()
+    writing.set()
+    questions = gen.many(2000)
+
+    async def writer(client: httpx.AsyncClient, n: int) -> None:
+        nonlocal written, refused
+        while writing.is_set():
+            body = {"cells": [gen.cell(t, PROJECTS[(n + written) % len(PROJECTS)]) for t in gen.many(BATCH)]}
+            response = await client.post("/v1/cells:batch", content=json.dumps(body), headers=JSON_HEADERS)
+            if response.status_code == 429:
+                refused += 1
+                await asyncio.sleep(min(1.0, float(response.headers.get("retry-after", "0.2"))))
+                continue
+            response.raise_for_status()
+            written += BATCH
+
+    async def reader(client: httpx.AsyncClient, done: asyncio.Event) -> None:
+        i = 0
+        while not done.is_set():
+            t0 = time.perf_counter()
+            response = await client.post("/v1/recall", json={"text": questions[i % len(questions)], "k": 10})
+            latencies.append(time.perf_counter() - t0)
+            response.raise_for_status()
+            i += 1
+
+    async with server.async_client(key, writers + 2) as client:
+        done = asyncio.Event()
+        read = asyncio.create_task(reader(client, done))
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(writer(client, n)) for n in range(writers)]
+        await asyncio.sleep(seconds)
+        writing.clear()
+        await asyncio.gather(*tasks)
+        wrote_s = time.perf_counter() - started
+        for _ in range(3000):  # bounded: 10 minutes of polls
+            if await backlog(client) == 0:
+                break
+            await asyncio.sleep(0.2)
+        drain_s = time.perf_counter() - started - wrote_s
+        done.set()
+        await read
+    stats = Stats.of(latencies)
+    return {"written": written, "wrote_s": wrote_s, "drain_s": drain_s, "refused": refused, **vars(stats)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", type=int, default=10_000)
+    parser.add_argument("--burst-s", type=float, default=20.0)
+    parser.add_argument("--writers", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=300, help="recalls on the idle server")
+    parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
+    args = parser.parse_args()
+    env = dict(item.split("=", 1) for item in args.env)
+    banner(f"recall during a write burst (hash, {args.cells} cells, {args.writers} writers for {args.burst_s:.0f} s, env {env})")
+    report = Report()
+    gen = SentenceGen(SEED)
+    with MemeshServer("hash", env=env) as server:
+        key = server.issue_key(name="bench-burst")
+        asyncio.run(load_corpus(server, key, gen, args.cells))
+        with server.client(key) as http:  # listeners of the same tenant: the burst's walks deliver
+            for n, interest in enumerate(INTERESTS):
+                listener = server.issue_key(role="Reader", name=f"listener-{n}")
+                http.post("/v1/beacons", json={"interest": interest}, headers={"x-service-key": listener}).raise_for_status()
+        server.settle(600.0)
+        asyncio.run(concurrent_recalls(server, key, gen.many(20), 1))  # warm-up
+        idle = Stats.of(asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), 1)).latencies)
+        report.add(SECTION, "recall, idle, p50", idle.p50_ms, "ms")
+        report.add(SECTION, "recall, idle, p99", idle.p99_ms, "ms")
+        during = asyncio.run(burst(server, key, gen, args.writers, args.burst_s))
+        name = f"recall during the burst, p50 (n={during['n']:.0f})"
+        report.add(SECTION, name, during["p50_ms"], "ms", "idle p50", idle.p50_ms)
+        report.add(SECTION, "recall during the burst, p99", during["p99_ms"], "ms", "idle p99", idle.p99_ms)
+        report.add(SECTION, "cells the burst wrote", during["written"], "cells")
+        report.add(SECTION, "burst write rate", during["written"] / during["wrote_s"], "cells/s")
+        report.add(SECTION, "batches refused (429) in the burst", during["refused"], "batches")
+        report.add(SECTION, "walks running after the last write", during["drain_s"], "s")
+    report.print_table()
+
+
+if __name__ == "__main__":
+    main()
