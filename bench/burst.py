@@ -133,6 +133,8 @@ def main() -> None:
         report.add(SECTION, "burst write rate", during["written"] / during["wrote_s"], "cells/s")
         report.add(SECTION, "batches refused (429) in the burst", during["refused"], "batches")
         report.add(SECTION, "walks running after the last write", during["drain_s"], "s")
+        sustained = during["written"] / (during["wrote_s"] + during["drain_s"])
+        report.add(SECTION, "sustained: cells / (burst + their walks' drain)", sustained, "cells/s")
     report.print_table()
 
 
