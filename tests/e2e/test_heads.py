@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from head.embedding import usable_cpus
 from tests.servers import BIN, Server, assert_envelope, free_port
 
 
@@ -121,6 +122,9 @@ def test_the_real_model_runs_in_one_embedder_actor_by_default(server: Server) ->
         assert cell.status_code == 201, cell.text
         found = http.post("/v1/recall", json={"text": "payment file sent again", "k": 3}).json()
         assert cell.json()["id"] in str(found)
-    assert ray.get(embedder.health.remote(), timeout=30)["embed_texts"] >= before + 2, "the head embedded on its own"
+    health = ray.get(embedder.health.remote(), timeout=30)
+    assert health["embed_texts"] >= before + 2, "the head embedded on its own"
+    # Ray starts the actor with OMP_NUM_THREADS=1; the model still gets every CPU the actor may use
+    assert health["model_threads"] == usable_cpus(), health
     with pytest.raises(ValueError):
         ray.get_actor("embedder:1", namespace=server.namespace)  # one actor: one copy of the model on this machine
