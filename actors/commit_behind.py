@@ -46,15 +46,17 @@ class CommitBehind(Generic[T]):
         owner: str,
         delay_s: float = 0.02,
         max_pending: int = MAX_PENDING,
+        key: str = "id",
     ) -> None:
         self._journal = journal
+        self._key = key  # the column that names a journaled row (a cell's id, a delivery's id)
         self._commit = commit
         self._background = background
         self._owner = owner
         self._delay_s = delay_s
         self._max_pending = max_pending
-        self._pending: dict[int, tuple[list[str], Sequence[T]]] = {}  # record -> (its cell ids, what its commit writes)
-        self._journaled: set[str] = set()  # ids of the cells of the pending records
+        self._pending: dict[int, tuple[list[str], Sequence[T]]] = {}  # record -> (its rows' keys, what its commit writes)
+        self._journaled: set[str] = set()  # keys of the rows of the pending records
         self._failed: set[int] = set()  # records whose commit failed: the retry's
         self._retry: asyncio.Task[None] | None = None
 
@@ -67,9 +69,9 @@ class CommitBehind(Generic[T]):
         """Journaled records not yet committed to their tables."""
         return len(self._pending)
 
-    def holds(self, cell_id: str) -> bool:
-        """True while the cell is acknowledged on the journal and not yet committed."""
-        return cell_id in self._journaled
+    def holds(self, key: str) -> bool:
+        """True while the row of ``key`` (a cell's id) is acknowledged on the journal and not yet committed."""
+        return key in self._journaled
 
     def check_room(self) -> None:
         """Raise StorageUnavailable while ``max_pending`` journaled writes wait for their table."""
@@ -77,10 +79,10 @@ class CommitBehind(Generic[T]):
             raise StorageUnavailable(f"{self._owner}: {len(self._pending)} writes are waiting for storage; retry shortly")
 
     def accept(self, rows: pa.Table, changes: Sequence[T]) -> None:
-        """Journal ``rows`` (the created cells), then commit ``changes`` in the background."""
+        """Journal ``rows`` (the created cells or deliveries), then commit ``changes`` in the background."""
         self.check_room()
         number = self._journal.append(rows)
-        ids = rows.column("id").to_pylist()
+        ids = rows.column(self._key).to_pylist()
         self._pending[number] = (ids, changes)
         self._journaled.update(ids)
         self._background.spawn(self._commit_behind([number]))

@@ -2,9 +2,12 @@
 
 Guarantees:
 - ``deliver`` is idempotent by delivery id and answers after the deliveries
-  are committed; a delivery is visible to ``pull`` only once committed, and
-  sequences become visible as a gap-free prefix (rows that failed to commit
-  are retried, in order, with the next batch).
+  are durable; a delivery is visible to ``pull`` only once durable, and
+  sequences become visible as a gap-free prefix (rows that failed to land
+  are retried, in order, with the next batch). Durable means journaled on a
+  local database (``storage.write_journal``: ``actors.commit_behind`` commits
+  them to the table behind, and a load replays what had not reached it),
+  committed to the table otherwise.
 - A pull that moves the cursor answers after the new cursor is committed, so
   an acknowledged cursor survives a crash; the cursor never rewinds.
 - Bounded (``InboxRetention``): acknowledged deliveries older than
@@ -14,13 +17,15 @@ Guarantees:
   counted. Sequences and cursors are untouched by retention.
 - On restart every committed delivery and cursor that can be decoded is reloaded.
 - Erase steps are idempotent and leave no byte of an erased delivery in the
-  data files.
+  data files or the journal; retention's deletes, like the erase, settle the
+  journal first, so a replay never brings back a delivery that left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -30,13 +35,18 @@ import pyarrow as pa
 
 from actors.chores import Background, LoadOnce, Periodic
 from actors.codecs import deliveries_from_arrow, deliveries_to_arrow
+from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
 from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
+from actors.write_journal import DELIVERIES, replay_journal, shard_journal
+from mesh.errors import MemeshError
 from mesh.histogram import LATENCY_S, Histogram
 from mesh.inbox import AgentInbox, Budget, StoredDelivery
 from mesh.inbox_wire import InboxDelivery, PullResult, is_close_match, render_item, with_withheld
 from mesh.layout import table_prefix
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +84,17 @@ class InboxShard:
         self._delivery_commit: GroupCommitter[int] = GroupCommitter(
             self._flush_deliveries, window, 4096, self._commit_timing, adaptive=True
         )
+        # With the journal: the deliveries' table commits, behind their visibility.
+        self._table_commit: GroupCommitter[pa.Table] = GroupCommitter(
+            self._commit_rows, window, 4096, self._commit_timing, adaptive=True
+        )
+        journal = shard_journal(config.storage, table_prefix("inbox_shard", config.index, config.generation) + DELIVERIES)
+        self._behind_work = Background("inbox commit behind")
+        self._behind = (
+            CommitBehind(journal, self._table_commit, self._behind_work, f"inbox shard {config.index}", key="delivery_id")
+            if journal
+            else None
+        )
         self._cursor_commit: GroupCommitter[int] = GroupCommitter(
             self._flush_cursors, window, 4096, self._commit_timing, adaptive=True
         )
@@ -97,6 +118,8 @@ class InboxShard:
         self._deliveries = await store.table(f"{prefix}_deliveries", DELIVERY_SCHEMA, identity="delivery_id")
         self._cursors = await store.keyed(f"{prefix}_cursors", CURSOR_SCHEMA, "id")
         rows = await self._deliveries.load()
+        if self._behind is not None:  # deliveries made visible on the journal that had not reached the table
+            rows = await replay_journal(self._behind.journal, self._deliveries, rows)
         decoded = deliveries_from_arrow(rows)
         self._skipped = rows.num_rows - len(decoded)
         for agent_id, stored in sorted(decoded, key=lambda pair: pair[1].seq):
@@ -128,6 +151,7 @@ class InboxShard:
             "budget_withheld": self.withheld,
             "skipped_rows": self._skipped,
             "delivered": self.delivered,
+            "journal_pending": self._behind.outstanding if self._behind else 0,
             "unacked": sum(i.unacked for i in self._inboxes.values()),
             "unacked_max": max((i.unacked for i in self._inboxes.values()), default=0),
             "pid": os.getpid(),
@@ -284,6 +308,7 @@ class InboxShard:
             await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()  # pending appends land before the erase, never after
+        await self._settled(purge=True)  # and the journal keeps no byte of them
         assert self._deliveries is not None and self._cursors is not None
         await self._deliveries.erase_rows("diff_id", wanted)
         if agent_id is not None:
@@ -292,18 +317,42 @@ class InboxShard:
             await self._cursors.rows.purge()
 
     async def close(self) -> None:
+        """Finish the chores and commit everything pending; the shard is then safe to drop. Deliveries the
+        table refuses stay journaled for the next load (logged)."""
         await self._sweeper.stop()
         async with self._trim_commit.urgent():
             await self._trims.drain()
         for committer in (self._delivery_commit, self._cursor_commit, self._trim_commit):
             await committer.flush()
+        if self._behind is not None:
+            await self._behind_work.drain()
+            try:
+                await self._behind.settle()
+            except MemeshError as exc:
+                log.error("inbox shard %d closes with deliveries not committed to its table: %s", self.config.index, exc)
+            finally:
+                self._behind.close()  # no retry after this; the journal's file is closed
+                await self._table_commit.flush()
+
+    async def _settled(self, purge: bool = False) -> None:
+        """Every delivery made visible so far is in the table, none is left in the journal (the barrier before
+        rows are removed directly); raises StorageUnavailable when a commit fails (``purge``: or while a
+        damaged journal segment may hold rows)."""
+        await self._delivery_commit.flush()
+        if self._behind is not None:
+            await self._behind.settle(purge)
 
     async def _flush_deliveries(self, _: list[int]) -> None:
         assert self._deliveries is not None
         batch = list(self._unflushed)
         if not batch:
             return
-        await self._deliveries.append(deliveries_to_arrow(batch))
+        rows = deliveries_to_arrow(batch)
+        journaled = self._behind is not None and self._behind.journal.enabled
+        if self._behind is not None and journaled:
+            self._behind.accept(rows, [rows])  # durable now; the table's commit follows behind
+        else:
+            await self._deliveries.append(rows)
         del self._unflushed[: len(batch)]
         tops: dict[str, int] = {}
         for agent_id, stored in batch:
@@ -313,10 +362,18 @@ class InboxShard:
             signal = self._signals.pop(agent_id, None)
             if signal is not None:
                 signal.set()
+        if not journaled:
+            await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
+
+    async def _commit_rows(self, batches: list[pa.Table]) -> None:
+        """The table's commit of journaled deliveries (``CommitBehind``'s)."""
+        assert self._deliveries is not None
+        await self._deliveries.append(pa.concat_tables(batches))
         await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_trims(self, delivery_ids: list[str]) -> None:
         assert self._deliveries is not None
+        await self._settled()  # a journaled delivery reaches the table before its delete, so no replay revives it
         await self._deliveries.delete_where_in("delivery_id", delivery_ids)
         await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
 

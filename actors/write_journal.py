@@ -1,9 +1,10 @@
 """The write journal: a scene shard acknowledges a write once its cell rows are in a local append-only
-file, and commits them to LanceDB behind the answer (``storage.write_journal``, local storage only).
+file, and an inbox shard makes a delivery visible once its row is, and each commits them to LanceDB
+behind (``storage.write_journal``, local storage only).
 
 A LanceDB commit of one row costs 5 to 14 ms on the machines we measured; an append to a file costs
 microseconds (and an ``fsync`` well under a millisecond when ``storage.fsync`` asks for one), so a
-write no longer waits for the table.
+write no longer waits for the table, nor a listener for its delivery's.
 
 Guarantees of :class:`WriteJournal`:
 - ``append`` returns only once the record is in the file (the OS holds it, so a killed process loses
@@ -14,11 +15,13 @@ Guarantees of :class:`WriteJournal`:
   forward scan), logged as an error with its byte range, and the segment is kept aside
   (``<name>.damaged``) by ``clear``, never deleted; an erase on the shard is refused while one is there
   (it may hold an acknowledged row). A failed append is cut from the file before the write is refused.
-- Records are only ever creations of cells. A replay (:func:`replay_journal`) inserts the rows whose
-  id the table does not hold and ignores the rest, so a replay after later changes (a tombstone, an
-  access time, a reembed, all committed to the table directly) never writes an older row over a newer
-  one. An erase must empty the journal of the cells it removes before it removes them from the table
-  (``SceneShard.erase_cells`` settles the journal first); nothing else may remove a table row.
+- Records are only ever creations of rows: a scene shard's new cells, or an inbox shard's new deliveries
+  (:func:`journaled_table` names the table of each journal). A replay (:func:`replay_journal`) inserts
+  the rows whose key the table does not hold and ignores the rest, so a replay after later changes (a
+  tombstone, an access time, a reembed, all committed to the table directly) never writes an older row
+  over a newer one. Whatever removes rows from the table must empty the journal of them first
+  (``SceneShard.erase_cells``, ``InboxShard.erase`` and the inbox's retention settle the journal
+  before they delete), so a replay never brings a removed row back.
 - A segment file is deleted once every record in it is committed (the open one is emptied in place once
   its own records are), so the journal holds what the tables do not yet and, until its segment goes,
   what they took since; after ``CommitBehind.settle`` no byte of an erased cell is left in it.
@@ -36,8 +39,8 @@ import pyarrow.compute as pc
 
 from actors.file_sync import local_path
 from actors.journal_records import encode, read_segment
-from actors.schemas import cell_schema
-from actors.storage import KeyedTable, LanceStore, StorageConfig, storage_errors
+from actors.schemas import DELIVERY_SCHEMA, cell_schema
+from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig, storage_errors
 from mesh.errors import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -61,9 +64,20 @@ def shard_journal(storage: StorageConfig, prefix: str) -> WriteJournal | None:
     return WriteJournal(journal_dir(database), prefix, storage.fsync, storage.write_journal)
 
 
+DELIVERIES = "_deliveries"  # an inbox shard's journal is named after its deliveries table
+
+
+def journaled_table(prefix: str, dims: int) -> tuple[str, pa.Schema, str]:
+    """The table a journal's records belong to, its schema and its key: a scene shard's journal is named by
+    its tables' prefix (the records are cells), an inbox shard's by its deliveries table."""
+    if prefix.endswith(DELIVERIES):
+        return prefix, DELIVERY_SCHEMA, "delivery_id"
+    return f"{prefix}_cells", cell_schema(dims), "id"
+
+
 async def replay_journals(store: LanceStore, storage: StorageConfig, dims: int) -> int:
-    """Commit every journal under the database to its cells table; returns the rows committed. Only while
-    no scene shard runs (a start that resizes or sweeps reads the tables directly, and a moved partition's
+    """Commit every journal under the database to its table; returns the rows committed. Only while no
+    partitioned actor runs (a start that resizes or sweeps reads the tables directly, and a moved partition's
     rows must move with the rest)."""
     database = local_path(storage.uri)
     directory = journal_dir(database) if database is not None else None
@@ -73,10 +87,11 @@ async def replay_journals(store: LanceStore, storage: StorageConfig, dims: int) 
     with storage_errors("reading the write journals"):
         prefixes = sorted({p.name.split(".")[0] for p in directory.iterdir() if p.name.endswith(".wal")})
     for prefix in prefixes:
-        cells = await store.keyed(f"{prefix}_cells", cell_schema(dims), "id", identity="id")
-        stored = await cells.load()
+        name, schema, key = journaled_table(prefix, dims)
+        table = await store.table(name, schema, identity=key)
+        stored = await table.load()
         journal = WriteJournal(directory, prefix, storage.fsync)
-        replayed += (await replay_journal(journal, cells, stored)).num_rows - stored.num_rows
+        replayed += (await replay_journal(journal, table, stored)).num_rows - stored.num_rows
     return replayed
 
 
@@ -246,25 +261,28 @@ class WriteJournal:
         return self._prefix
 
 
-async def replay_journal(journal: WriteJournal, cells: KeyedTable, stored: pa.Table) -> pa.Table:
-    """Commit the journaled cell rows ``cells`` (whose rows are ``stored``, just loaded) does not hold,
-    then empty the journal; returns ``stored`` with them. A row the table holds is newer or the same."""
+async def replay_journal(journal: WriteJournal, table: KeyedTable | RowTable, stored: pa.Table) -> pa.Table:
+    """Commit the journaled rows ``table`` (whose rows are ``stored``, just loaded) does not hold, then
+    empty the journal; returns ``stored`` with them. A row the table holds is newer or the same. A keyed
+    table is written through (so it learns the keys); a row table by its identity, appended."""
     with storage_errors(f"replay of the write journal {journal.prefix}"):
-        return await _replay(journal, cells, stored)
+        return await _replay(journal, table, stored)
 
 
-async def _replay(journal: WriteJournal, cells: KeyedTable, stored: pa.Table) -> pa.Table:
+async def _replay(journal: WriteJournal, table: KeyedTable | RowTable, stored: pa.Table) -> pa.Table:
     journaled = journal.read()
     if journaled is None:
         journal.clear()
         return stored
-    held = pa.array(stored.column(cells.key).to_pylist() if stored.num_rows else [], type=pa.string())
-    absent = journaled.filter(pc.invert(pc.is_in(journaled.column(cells.key), value_set=held)))
+    key = table.key if isinstance(table, KeyedTable) else table.identity
+    assert key is not None, "a journaled table has a key"
+    held = pa.array(stored.column(key).to_pylist() if stored.num_rows else [], type=pa.string())
+    absent = journaled.filter(pc.invert(pc.is_in(journaled.column(key), value_set=held)))
     if absent.num_rows:  # a column added since the journal was written (nullable, as every new one) is null
         names = set(absent.schema.names)
         columns = [absent.column(f.name) if f.name in names else pa.nulls(absent.num_rows, f.type) for f in stored.schema]
         absent = pa.Table.from_arrays(columns, names=stored.schema.names).cast(stored.schema)
-        await cells.write(absent)
-        log.info("write journal: %d acknowledged cell rows committed at load", absent.num_rows)
+        await (table.write(absent) if isinstance(table, KeyedTable) else table.append(absent))
+        log.info("write journal %s: %d acknowledged rows committed at load", journal.prefix, absent.num_rows)
     journal.clear()
     return pa.concat_tables([stored, absent]) if absent.num_rows else stored

@@ -25,6 +25,8 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
   tenant quota (``cells``, ``beacons``, ``bytes``) on this head
 - ``memesh_walk_backlog`` (gauge): written cells whose walk has not run yet
 - ``memesh_write_journal_pending`` (gauge): acknowledged writes journaled, not yet committed to their table
+- ``memesh_delivery_journal_pending`` (gauge): batches of deliveries journaled (visible to their agents), not yet
+  committed to their table
 - ``memesh_walks_total``, ``memesh_walk_messages_total`` (counters): walks decided and the actor calls
   their waves made, since the scene shards started (their ratio: messages per walk)
 - ``memesh_embedding_queue_texts`` (gauge) and
@@ -119,6 +121,11 @@ class ServiceCollector(Collector):
             ("memesh_inbox_deliveries", "deliveries", "Deliveries held in inboxes."),
             ("memesh_walk_backlog", "walk_backlog", "Written cells whose walk has not run yet."),
             ("memesh_write_journal_pending", "journal_pending", "Acknowledged writes journaled, not yet in their table."),
+            (
+                "memesh_delivery_journal_pending",
+                "delivery_journal_pending",
+                "Batches of deliveries journaled (visible to their agents), not yet in their table.",
+            ),
             ("memesh_storage_rows_skipped", "skipped_rows", "Stored rows the actors' last load could not decode."),
         ):
             yield GaugeMetricFamily(name, help_text, value=float(h.get(key, 0)))

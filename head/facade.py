@@ -193,6 +193,7 @@ class Memesh:
             "scenes": sum(s["scenes"] for s in shards),
             "walk_backlog": sum(s.get("walk_backlog", 0) for s in shards),
             "journal_pending": sum(s.get("journal_pending", 0) for s in shards),
+            "delivery_journal_pending": sum(i.get("journal_pending", 0) for i in inboxes),
             "walks": sum(s.get("walks", 0) for s in shards),
             "walk_messages": sum(s.get("walk_messages", 0) for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),
