@@ -13,6 +13,10 @@ Guarantees of :class:`CommitBehind`:
 - ``settle`` is the barrier for whoever reads or removes table rows directly (an erase, a reembed, a
   close): when it returns, everything accepted before it is committed and the journal holds none of
   it; it raises StorageUnavailable when a commit fails (the rows stay journaled).
+- A record is in at most one commit at a time: a settle that meets the background commit of the same
+  record waits for it instead of sending its rows again (a table of appended rows gets each row once).
+- After ``close`` nothing is accepted (StorageUnavailable) and nothing more is committed: what is
+  journaled then stays for the next load's replay.
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class CommitBehind(Generic[T]):
         self._journaled: set[str] = set()  # keys of the rows of the pending records
         self._failed: set[int] = set()  # records whose commit failed: the retry's
         self._retry: asyncio.Task[None] | None = None
+        self._committing: dict[int, asyncio.Future[bool]] = {}  # record -> its commit under way (True: it landed)
+        self._closed = False
 
     @property
     def journal(self) -> WriteJournal:
@@ -80,6 +86,8 @@ class CommitBehind(Generic[T]):
 
     def accept(self, rows: pa.Table, changes: Sequence[T]) -> None:
         """Journal ``rows`` (the created cells or deliveries), then commit ``changes`` in the background."""
+        if self._closed:
+            raise StorageUnavailable(f"{self._owner} is closed")
         self.check_room()
         number = self._journal.append(rows)
         ids = rows.column(self._key).to_pylist()
@@ -89,6 +97,8 @@ class CommitBehind(Generic[T]):
 
     async def _commit_behind(self, numbers: list[int]) -> None:
         await asyncio.sleep(self._delay_s)
+        if self._closed:
+            return
         try:
             await self._committed(numbers)
         except Exception as exc:  # noqa: BLE001 - the rows stay journaled; the retry commits them
@@ -99,7 +109,7 @@ class CommitBehind(Generic[T]):
 
     async def _retrying(self) -> None:
         delay = RETRY_S[0]
-        while self._failed:
+        while self._failed and not self._closed:
             await asyncio.sleep(delay)
             numbers, self._failed = sorted(self._failed), set()
             try:
@@ -114,14 +124,27 @@ class CommitBehind(Generic[T]):
                 delay = RETRY_S[0]
 
     async def _committed(self, numbers: list[int]) -> None:
+        """Commit these records; a record another caller is committing is waited for, not sent again.
+        Raises when a commit of any of them failed (they stay pending)."""
         numbers = [n for n in numbers if n in self._pending]
-        if not numbers:
-            return
-        await self._commit.submit([change for n in numbers for change in self._pending[n][1]])
-        for n in numbers:
-            if (done := self._pending.pop(n, None)) is not None:
-                self._journaled.difference_update(done[0])
-                self._journal.release(n)
+        others = {id(f): f for n in numbers if (f := self._committing.get(n)) is not None}
+        mine = [n for n in numbers if n not in self._committing]
+        if mine:
+            landed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self._committing.update(dict.fromkeys(mine, landed))
+            try:
+                await self._commit.submit([change for n in mine for change in self._pending[n][1]])
+                for n in mine:
+                    if (done := self._pending.pop(n, None)) is not None:
+                        self._journaled.difference_update(done[0])
+                        self._journal.release(n)
+            finally:
+                for n in mine:
+                    self._committing.pop(n, None)
+                landed.set_result(all(n not in self._pending for n in mine))
+        for future in others.values():
+            if not await asyncio.shield(future):
+                raise StorageUnavailable(f"{self._owner}: a commit of journaled writes failed")
 
     async def settle(self, purge: bool = False) -> None:
         """Commit everything accepted so far (what failed included) and drop it from the journal. When it
@@ -145,7 +168,9 @@ class CommitBehind(Generic[T]):
             )
 
     def close(self) -> None:
-        """Stop retrying and close the journal's file (what is pending stays journaled for the next load)."""
+        """Stop retrying and close the journal's file (what is pending stays journaled for the next load);
+        nothing is accepted or committed after this."""
+        self._closed = True
         if self._retry is not None:
             self._retry.cancel()
         self._journal.close()

@@ -40,7 +40,7 @@ from actors.group_commit import GroupCommitter
 from actors.schemas import CURSOR_SCHEMA, DELIVERY_SCHEMA
 from actors.storage import KeyedTable, LanceStore, RowTable, StorageConfig
 from actors.write_journal import DELIVERIES, replay_journal, shard_journal
-from mesh.errors import MemeshError
+from mesh.errors import MemeshError, StorageUnavailable
 from mesh.histogram import LATENCY_S, Histogram
 from mesh.inbox import AgentInbox, Budget, StoredDelivery
 from mesh.inbox_wire import InboxDelivery, PullResult, is_close_match, render_item, with_withheld
@@ -104,6 +104,8 @@ class InboxShard:
         self.dropped_acked = 0
         self.dropped_unacked = 0
         self._skipped = 0  # stored rows the last load could not decode
+        self._closed = False  # after close: deliveries are refused (a walk's retry, or the next owner, redoes them)
+        self._untrimmed: set[str] = set()  # deliveries retention took out whose delete failed: retried
         self._budget = config.retention.budget
         self.delivered = 0  # new deliveries committed since this actor started
         self.displaced = 0  # deliveries taken out by a better one of the same node and window
@@ -131,6 +133,9 @@ class InboxShard:
         for row in (await self._cursors.load()).to_pylist():
             inbox = self._inbox(row["id"])
             inbox.cursor = max(inbox.cursor, int(row["cursor"]))
+            # every delivery up to the cursor may have left (erase, retention): new ones still number above it
+            inbox.last_seq = max(inbox.last_seq, inbox.cursor)
+            inbox.committed = max(inbox.committed, inbox.cursor)
             self._durable_cursors[row["id"]] = inbox.cursor
         self._sweeper.start()
 
@@ -165,6 +170,8 @@ class InboxShard:
         removal of displaced deliveries) does not hold the walk (one lost to a crash is redone by the
         sweep after the reload, or stays as a delivery the agent may see)."""
         await self._ready()
+        if self._closed:
+            raise StorageUnavailable(f"inbox shard {self.config.index} is closed")
         added = 0
         crowded: set[str] = set()
         gone: list[str] = []
@@ -198,8 +205,8 @@ class InboxShard:
 
     async def _trim(self, agent_ids: set[str]) -> int:
         gone = self._trim_in_memory(agent_ids)
-        if gone:
-            await self._trim_commit.submit(gone)
+        if gone or self._untrimmed:  # a sweep also retries the deletes that failed
+            await self._trim_commit.submit(gone or sorted(self._untrimmed))
         return len(gone)
 
     def _trim_in_memory(self, agent_ids: set[str]) -> list[str]:
@@ -318,7 +325,8 @@ class InboxShard:
 
     async def close(self) -> None:
         """Finish the chores and commit everything pending; the shard is then safe to drop. Deliveries the
-        table refuses stay journaled for the next load (logged)."""
+        table refuses stay journaled for the next load (logged). A deliver after this is refused."""
+        self._closed = True
         await self._sweeper.stop()
         async with self._trim_commit.urgent():
             await self._trims.drain()
@@ -372,9 +380,17 @@ class InboxShard:
         await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_trims(self, delivery_ids: list[str]) -> None:
+        """Delete what retention took out (and what an earlier failed delete left); on failure the ids are kept
+        for the next trim or sweep, so a delivery that left memory never stays in the table for good."""
         assert self._deliveries is not None
-        await self._settled()  # a journaled delivery reaches the table before its delete, so no replay revives it
-        await self._deliveries.delete_where_in("delivery_id", delivery_ids)
+        ids = set(delivery_ids) | self._untrimmed
+        try:
+            await self._settled()  # a journaled delivery reaches the table before its delete, so no replay revives it
+            await self._deliveries.delete_where_in("delivery_id", ids)
+        except Exception:
+            self._untrimmed |= ids
+            raise
+        self._untrimmed -= ids
         await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
 
     async def _flush_cursors(self, _: list[int]) -> None:

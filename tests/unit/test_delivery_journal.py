@@ -11,9 +11,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from actors.write_journal import JOURNAL_DIR
 from head.facade import Memesh
 from mesh.erasure import parse_scope
+from mesh.errors import StorageUnavailable
+from mesh.inbox_wire import InboxDelivery
 from mesh.model import CellType, NewCell
 from tests.unit.test_data_lifecycle import T1_ADMIN
 from tests.unit.test_hostile_storage import grep
@@ -181,3 +185,86 @@ async def test_a_start_that_moves_inbox_partitions_commits_the_delivery_journals
     finally:
         await grown.close()
     await assert_every_row_at_its_owner(tmp_path / "data")  # each journaled delivery went to its partition's owner
+
+
+async def test_a_trim_whose_delete_failed_is_retried_so_no_restart_revives_it(make_core: Callable[..., Memesh]) -> None:
+    sections = {"retention": {"max_deliveries_per_inbox": 1}, "propagation": {"node_budget": 100, "close_match_budget": 100}}
+    core = await loaded(make_core(**sections))
+    listener, secret = await agent(core)
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, TOPIC)
+    with deliveries_refused(core):
+        new = [NewCell(f"{TOPIC} runbook revision {n}", CellType.FACT, salience=0.8) for n in range(3)]
+        await core.memory.write_cells(writer, new)
+        await settle(core)
+        kept = seen(await drain(core, listener, limit=100))
+        assert len(kept) == 1
+        for shard in _inboxes(core):
+            await shard._trims.drain()  # its delete failed: the journal could not be settled
+        assert any(shard._untrimmed for shard in _inboxes(core))
+    for shard in _inboxes(core):
+        await shard.sweep()  # storage answers again: the sweep deletes what the failed trim left
+        assert not shard._untrimmed
+    await core.close()
+    core = make_core(**sections)
+    try:
+        assert seen(await drain(core, await core.identity.authenticate(secret), limit=100)) == kept
+    finally:
+        await core.close()
+
+
+async def test_a_settle_that_meets_the_commit_behind_writes_each_delivery_once(make_core: Callable[..., Memesh]) -> None:
+    core = await loaded(make_core())
+    try:
+        listener, _ = await agent(core)
+        writer, _ = await agent(core)
+        await core.inbox.place_beacon(listener, TOPIC)
+        for shard in _inboxes(core):  # a slow table: the background commit is still under way when the settle comes
+            append = shard._deliveries.append
+
+            async def slow(rows: Any, append: Any = append) -> None:
+                await asyncio.sleep(0.1)
+                await append(rows)
+
+            shard._deliveries.append = slow
+        await write(core, writer, f"{TOPIC} runbook updated", salience=0.8)
+        await asyncio.sleep(0.04)  # past the 20 ms after which the commit behind starts
+        for shard in _inboxes(core):
+            await shard._settled()
+        ids = [r["delivery_id"] for shard in _inboxes(core) for r in (await shard._deliveries.read_all()).to_pylist()]
+        assert ids and len(ids) == len(set(ids))
+    finally:
+        await core.close()
+
+
+async def test_a_closed_inbox_shard_refuses_deliveries(make_core: Callable[..., Memesh]) -> None:
+    core = await loaded(make_core())
+    shard = _inboxes(core)[0]
+    await core.close()
+    with pytest.raises(StorageUnavailable):
+        await shard.deliver([InboxDelivery("a1", "d1:n1", "d1", "p", 0.9, "{}", 0.0)])
+
+
+async def test_new_deliveries_number_above_the_cursor_after_every_earlier_one_left(
+    make_core: Callable[..., Memesh],
+) -> None:
+    core = await loaded(make_core())
+    listener, secret = await agent(core)
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, TOPIC)
+    try:
+        cell_id = await write(core, writer, f"{TOPIC} runbook updated", salience=0.8)
+        page = await drain(core, listener)
+        await drain(core, listener, ack=page["window_high"])
+        await core.data.erase(T1_ADMIN, parse_scope("node", cell_id, None), f"node:{cell_id}", False)
+        assert (await drain(core, listener))["items"] == []
+    finally:
+        await core.close()
+    core = await loaded(make_core())
+    try:
+        listener = await core.identity.authenticate(secret)
+        await write(core, writer, f"{TOPIC} a second runbook", salience=0.8)
+        again = await drain(core, listener)
+        assert len(again["items"]) == 1 and again["items"][0]["delivery_seq"] > page["window_high"]
+    finally:
+        await core.close()
