@@ -68,6 +68,15 @@ def seen(page: dict[str, Any]) -> list[tuple[int, str, str]]:
     return sorted((i["delivery_seq"], i["diff"]["cell_id"], i["delivery"]["node_kind"]) for i in page["items"])
 
 
+async def seen_after_restart(make_core: Callable[..., Memesh], sections: dict[str, Any], secret: str) -> list[Any]:
+    """The agent's whole inbox as a fresh start on the same data shows it."""
+    core = make_core(**sections)
+    try:
+        return seen(await drain(core, await core.identity.authenticate(secret), limit=100))
+    finally:
+        await core.close()
+
+
 async def until(condition: Callable[[], bool], what: str) -> None:
     for _ in range(300):  # bounded: 30 s
         if condition():
@@ -125,12 +134,7 @@ async def test_retention_deletes_land_after_the_commit_behind_so_no_restart_revi
         await shard._trims.drain()
         await shard._settled()
     await core.close()
-
-    core = make_core(**sections)
-    try:
-        assert seen(await drain(core, await core.identity.authenticate(secret), limit=100)) == kept
-    finally:
-        await core.close()
+    assert await seen_after_restart(make_core, sections, secret) == kept
 
 
 async def test_an_erase_leaves_no_byte_of_a_delivery_in_the_journal(make_core: Callable[..., Memesh], tmp_path: Path) -> None:
@@ -206,11 +210,7 @@ async def test_a_trim_whose_delete_failed_is_retried_so_no_restart_revives_it(ma
         await shard.sweep()  # storage answers again: the sweep deletes what the failed trim left
         assert not shard._untrimmed
     await core.close()
-    core = make_core(**sections)
-    try:
-        assert seen(await drain(core, await core.identity.authenticate(secret), limit=100)) == kept
-    finally:
-        await core.close()
+    assert await seen_after_restart(make_core, sections, secret) == kept
 
 
 async def test_a_settle_that_meets_the_commit_behind_writes_each_delivery_once(make_core: Callable[..., Memesh]) -> None:
