@@ -16,6 +16,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.servers import Server
 
 UNICODE = "emoji 😀 cjk 漢字 rtl שלום combining é zero\u200bwidth nul\u0000 tab\t newline\n quote' \" back\\slash "
@@ -108,6 +110,7 @@ def healthy_and_working(server: Server, writer: str, kept: dict[str, Any], word:
     )
 
 
+@pytest.mark.timeout(600)  # 2.5 to 3.5 minutes of real servers here: the suite's 300 s hang guard is too close
 def test_extreme_inputs_then_a_clean_restart_and_a_crash_restart(ray_address: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     server = Server(data, ray_address, "hash").start()

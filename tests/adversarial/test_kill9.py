@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.servers import Server
 
@@ -98,6 +99,7 @@ def stored_ids(server: Server, writer: dict[str, str]) -> set[str]:
         return {n["id"] for n in found.json()}
 
 
+@pytest.mark.timeout(600)  # 2.5 to 3.5 minutes of real servers here: the suite's 300 s hang guard is too close
 def test_every_acknowledged_write_and_cursor_survives_repeated_kill9(ray_address: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     env = {"MEMESH_RATE_LIMITS__WRITE__RATE": "5000", "MEMESH_RATE_LIMITS__WRITE__BURST": "5000"}

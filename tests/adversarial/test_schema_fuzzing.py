@@ -18,11 +18,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.servers import Server
 
 LIMITS = {f"MEMESH_RATE_LIMITS__{b}__{k}": "100000" for b in ("READ", "WRITE", "INBOX") for k in ("RATE", "BURST")}
 
 
+@pytest.mark.timeout(600)  # 2.5 to 3.5 minutes of real servers here: the suite's 300 s hang guard is too close
 def test_fuzz_and_stateful_phases_find_no_5xx_and_no_departure_from_the_document(ray_address: str, tmp_path: Path) -> None:
     data = tmp_path / "data"
     server = Server(data, ray_address, "hash", LIMITS).start()

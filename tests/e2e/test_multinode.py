@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.ray_nodes import ExtraNode, extra_node
 from tests.servers import Server
@@ -84,6 +85,7 @@ def pull(http: httpx.Client, body: dict[str, Any], deadline_s: float = 120.0) ->
         time.sleep(0.5)
 
 
+@pytest.mark.timeout(600)  # 2.5 to 3.5 minutes of real servers here: the suite's 300 s hang guard is too close
 def test_actors_spread_across_nodes_and_survive_losing_one(ray_address: str, tmp_path: Path) -> None:
     with extra_node(ray_address) as node:
         server = Server(tmp_path / "data", ray_address, "hash", SPREAD).start()
