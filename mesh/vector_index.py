@@ -183,15 +183,18 @@ class VectorIndex:
                 return [[] for _ in range(len(queries))]
             matrix = self._matrix[rows]
         sims = matrix @ queries.astype(np.float32, copy=False).T  # rows x queries
-        best = self._best_many(sims, rows, k)  # k x queries positions, each column best first
+        best, short = self._best_many(sims, rows, k)  # k x queries positions, each column best first
         ids = self._ids
         found_rows, found_sims = rows[best].T.tolist(), np.take_along_axis(sims, best, axis=0).T.tolist()
+        for j, positions in short.items():  # columns with fewer than k comparable scores (NaN)
+            found_rows[j], found_sims[j] = rows[positions].tolist(), sims[positions, j].tolist()
         return [[(ids[r], s) for r, s in zip(rs, ss, strict=True)] for rs, ss in zip(found_rows, found_sims, strict=True)]
 
-    def _best_many(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> Rows:
+    def _best_many(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> tuple[Rows, dict[int, Rows]]:
         """``_best`` for every column of ``sims`` at once: one partition and one lexsort for all of them. A
         column whose k-th best score is shared by rows left outside the partition's pick (exact ties at the
-        boundary) is redone by ``_best``, which chooses among them by id."""
+        boundary), or is NaN, is redone by ``_best``, which chooses among them by id; a redone column with
+        fewer than ``k`` answers (NaN scores compare to nothing) comes back apart, by column."""
         m = sims.shape[0]
         if k >= m:
             top: Rows = np.broadcast_to(np.arange(m)[:, None], sims.shape)
@@ -201,13 +204,19 @@ class VectorIndex:
             top = np.argpartition(negated, k - 1, axis=0)[:k]
             picked = np.take_along_axis(negated, top, axis=0)
             kth = picked.max(axis=0)
-            unsure = np.flatnonzero((negated == kth).sum(axis=0) != (picked == kth).sum(axis=0))
+            # a NaN score (a NaN query) compares equal to nothing: its column is redone by ``_best`` as well
+            unsure = np.flatnonzero(((negated == kth).sum(axis=0) != (picked == kth).sum(axis=0)) | np.isnan(kth))
         chosen = rows[top]
         order = np.lexsort((self._key_lo[chosen], self._key_hi[chosen], -np.take_along_axis(sims, top, axis=0)), axis=0)
         best = np.take_along_axis(top, order, axis=0)
+        short: dict[int, Rows] = {}
         for j in unsure:
-            best[:, j] = self._best(sims[:, j], rows, k)
-        return best
+            pick = self._best(sims[:, j], rows, k)
+            if pick.size == best.shape[0]:
+                best[:, j] = pick
+            else:
+                short[int(j)] = pick
+        return best, short
 
     def _ordered(self, positions: Rows, sims: npt.NDArray[np.float32], rows: Rows) -> Rows:
         """``positions`` (into ``sims``/``rows``) by score, best first, ties by id key."""

@@ -71,6 +71,17 @@ def test_search_many_answers_like_search_for_every_query() -> None:
             assert np.allclose([h[1] for h in hits], [h[1] for h in single], atol=1e-6)
 
 
+def test_a_nan_query_answers_in_search_many_as_in_search() -> None:
+    """A NaN score equals nothing, so the batched pick cannot see its boundary: it must fall back like a tie."""
+    index = VectorIndex(dims=2)
+    for i in range(6):
+        index.upsert(f"a{i}", unit(1, i / 10))
+    queries = np.array([[np.nan, 0.0], [1.0, 0.0]], dtype=np.float32)
+    many = index.search_many(queries, 2)
+    assert [h[0] for h in many[0]] == [h[0] for h in index.search(queries[0], 2)]
+    assert [h[0] for h in many[1]] == [h[0] for h in index.search(queries[1], 2)]
+
+
 @settings(max_examples=120, deadline=None)
 @given(st.integers(1, 40), st.integers(1, 12), st.integers(1, 8), st.integers(0, 2**32 - 1), st.booleans())
 def test_the_batched_pick_is_the_single_pick_for_every_column_ties_included(
@@ -87,6 +98,7 @@ def test_the_batched_pick_is_the_single_pick_for_every_column_ties_included(
     if rows.size == 0:
         rows = np.arange(size)
     sims = (rng.integers(0, levels, (rows.size, 5)) / levels).astype(np.float32)
-    batched = index._best_many(sims, rows, k)
+    batched, short = index._best_many(sims, rows, k)
+    assert short == {}  # finite scores: every column has its k
     for j in range(sims.shape[1]):
         assert batched[:, j].tolist() == index._best(sims[:, j], rows, k).tolist()
