@@ -17,8 +17,11 @@ Guarantees:
   counted. Sequences and cursors are untouched by retention.
 - On restart every committed delivery and cursor that can be decoded is reloaded.
 - Erase steps are idempotent and leave no byte of an erased delivery in the
-  data files or the journal; retention's deletes, like the erase, settle the
+  data files or the journal (one whose flush failed and waits for the next is
+  never written afterwards); retention's deletes, like the erase, settle the
   journal first, so a replay never brings back a delivery that left.
+- After ``close`` deliveries are refused; a shard closed before it loaded
+  refuses every call (it never replays a journal a successor writes).
 """
 
 from __future__ import annotations
@@ -112,6 +115,10 @@ class InboxShard:
         self.withheld = 0  # deliveries not enqueued: their node's window was full of better ones
 
     async def _ready(self) -> None:
+        """Load on first use. A shard closed before it loaded refuses instead: its load would replay and
+        clear the journal files its successor (the same prefix) may already be writing."""
+        if self._closed and self._deliveries is None:
+            raise StorageUnavailable(f"inbox shard {self.config.index} is closed")
         await self._ready_once()
 
     async def _load(self) -> None:
@@ -137,7 +144,8 @@ class InboxShard:
             inbox.last_seq = max(inbox.last_seq, inbox.cursor)
             inbox.committed = max(inbox.committed, inbox.cursor)
             self._durable_cursors[row["id"]] = inbox.cursor
-        self._sweeper.start()
+        if not self._closed:  # a close during the load: no sweep may start after it
+            self._sweeper.start()
 
     def _inbox(self, agent_id: str) -> AgentInbox:
         inbox = self._inboxes.get(agent_id)
@@ -169,9 +177,9 @@ class InboxShard:
         kept. An inbox past 110% of its cap is trimmed at once in memory; the trim's commit (and the
         removal of displaced deliveries) does not hold the walk (one lost to a crash is redone by the
         sweep after the reload, or stays as a delivery the agent may see)."""
-        await self._ready()
         if self._closed:
             raise StorageUnavailable(f"inbox shard {self.config.index} is closed")
+        await self._ready()
         added = 0
         crowded: set[str] = set()
         gone: list[str] = []
@@ -355,18 +363,22 @@ class InboxShard:
         batch = list(self._unflushed)
         if not batch:
             return
-        rows = deliveries_to_arrow(batch)
+        # Only what an inbox still holds: an erase may have taken out a delivery whose earlier flush failed
+        # (it stayed here, uncommitted), and writing it now would bring it back after a restart.
+        held = [(a, d) for a, d in batch if (inbox := self._inboxes.get(a)) is not None and inbox.has(d.delivery_id)]
         journaled = self._behind is not None and self._behind.journal.enabled
-        if self._behind is not None and journaled:
+        if held and self._behind is not None and journaled:
+            rows = deliveries_to_arrow(held)
             self._behind.accept(rows, [rows])  # durable now; the table's commit follows behind
-        else:
-            await self._deliveries.append(rows)
+        elif held:
+            await self._deliveries.append(deliveries_to_arrow(held))
         del self._unflushed[: len(batch)]
         tops: dict[str, int] = {}
         for agent_id, stored in batch:
             tops[agent_id] = max(tops.get(agent_id, 0), stored.seq)
         for agent_id, top in tops.items():
-            self._inbox(agent_id).commit(top)
+            if (inbox := self._inboxes.get(agent_id)) is not None:  # an erased agent's inbox stays gone
+                inbox.commit(top)
             signal = self._signals.pop(agent_id, None)
             if signal is not None:
                 signal.set()
@@ -377,7 +389,10 @@ class InboxShard:
         """The table's commit of journaled deliveries (``CommitBehind``'s)."""
         assert self._deliveries is not None
         await self._deliveries.append(pa.concat_tables(batches))
-        await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
+        try:  # the rows are in: a failed compaction must not fail the commit, whose retry would append them again
+            await self._deliveries.optimize_if_due(self.config.storage.optimize_every)
+        except MemeshError as exc:
+            log.warning("inbox shard %d: compacting the deliveries failed (%s); tried again later", self.config.index, exc)
 
     async def _flush_trims(self, delivery_ids: list[str]) -> None:
         """Delete what retention took out (and what an earlier failed delete left); on failure the ids are kept

@@ -268,3 +268,67 @@ async def test_new_deliveries_number_above_the_cursor_after_every_earlier_one_le
         assert len(again["items"]) == 1 and again["items"][0]["delivery_seq"] > page["window_high"]
     finally:
         await core.close()
+
+
+def delivery(diff_id: str, agent_id: str = "a1") -> InboxDelivery:
+    return InboxDelivery(agent_id, f"{diff_id}:n1", diff_id, "p", 0.9, "{}", 0.0)
+
+
+async def test_an_erase_takes_out_a_delivery_whose_flush_failed_so_a_later_flush_never_writes_it(
+    make_core: Callable[..., Memesh], tmp_path: Path
+) -> None:
+    core = await loaded(make_core())
+    shard = _inboxes(core)[0]
+    try:
+        await shard.deliver([delivery("keep-1")])
+        shard._behind._max_pending = 0  # the journal refuses as at its back-pressure bound: this flush fails
+        with pytest.raises(StorageUnavailable):
+            await shard.deliver([delivery("secret-walrus")])
+        shard._behind._max_pending = 10_000
+        await shard.erase(["secret-walrus"], None)
+        await shard.deliver([delivery("keep-2")])  # the next flush: it must not carry the erased one along
+        await shard._settled()
+    finally:
+        await core.close()
+    assert grep(tmp_path / "data", "secret-walrus") == []
+    core = await loaded(make_core())
+    try:
+        held = [d.diff_id for d in _inboxes(core)[0]._inboxes["a1"].deliveries]
+        assert held == ["keep-1", "keep-2"]  # nothing erased came back with the restart
+    finally:
+        await core.close()
+
+
+async def test_a_failed_compaction_after_the_commit_behind_appends_no_row_twice(make_core: Callable[..., Memesh]) -> None:
+    core = await loaded(make_core())
+    shard = _inboxes(core)[0]
+    tried: list[int] = []
+
+    async def compacting(every: int) -> bool:  # every compaction fails, as a storage hiccup would
+        tried.append(every)
+        raise StorageUnavailable("compaction refused")
+
+    shard._deliveries.optimize_if_due = compacting
+    try:
+        await shard.deliver([delivery("d1")])
+        await until(lambda: shard._behind.outstanding == 0, "the appended rows were never taken as committed")
+        await asyncio.sleep(1.5)  # past the first retry pause: a commit taken for failed would append again
+        assert tried  # the compaction was tried (and failed) after the append
+        await shard._settled()
+        ids = [r["delivery_id"] for r in (await shard._deliveries.read_all()).to_pylist()]
+        assert ids == ["d1:n1"]
+    finally:
+        await core.close()
+
+
+async def test_a_shard_closed_before_it_loaded_refuses_calls_and_leaves_the_journal_alone(
+    make_core: Callable[..., Memesh],
+) -> None:
+    core = make_core()
+    shard = _inboxes(core)[0]
+    await core.close()
+    with pytest.raises(StorageUnavailable):
+        await shard.deliver([delivery("late")])
+    with pytest.raises(StorageUnavailable):
+        await shard.cursor("a1")
+    assert shard._deliveries is None  # never loaded: its load would replay and clear a successor's journal
