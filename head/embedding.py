@@ -102,14 +102,12 @@ class MiniLMEngine:
         """Give torch ``threads`` (unset: every usable CPU) in the calling thread. A Ray worker starts with
         OMP_NUM_THREADS=1 (an actor of num_cpus=0), and OpenMP keeps a thread's count per thread: one set
         elsewhere does not reach a worker thread that already ran torch, so each thread sets its own."""
-        wanted = self._threads or usable_cpus()
-        if getattr(_torch_threads, "count", None) != wanted:
-            import torch
-
-            torch.set_num_threads(wanted)
-            _torch_threads.count = wanted
         import torch
 
+        wanted = self._threads or usable_cpus()
+        if getattr(_torch_threads, "count", None) != wanted:
+            torch.set_num_threads(wanted)
+            _torch_threads.count = wanted
         self.threads_used = torch.get_num_threads()
 
     def _load(self) -> Any:
