@@ -6,13 +6,15 @@ engine's own, concurrent callers share batches, and the whole write/query path w
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 
 from actors.embedder import EmbedderConfig, EmbedderWorker
-from head.embedding import HashEngine, PooledEngine, make_engine
+from head.embedding import HashEngine, PooledEngine, cgroup_cpus, make_engine, usable_cpus
 from head.facade import Memesh
 from mesh.model import CellType, NewCell
 from tests.unit.test_propagation import agent
@@ -40,3 +42,14 @@ async def test_concurrent_callers_share_batches() -> None:
     engine = HashEngine(64)
     assert all(np.array_equal(a, engine.encode(t)) for a, t in zip(answers, texts, strict=True))
     assert worker.texts == 60 and worker.batches < 20, f"{worker.batches} batches for 20 callers"
+
+
+def test_a_cgroup_cpu_quota_caps_the_models_threads(tmp_path: Path) -> None:
+    """A pod limited to 2.5 CPUs gets 3 threads whatever the node's core count; no quota or no cgroup v2: none."""
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("250000 100000\n")
+    assert cgroup_cpus(cpu_max) == 3
+    cpu_max.write_text("max 100000\n")
+    assert cgroup_cpus(cpu_max) is None
+    assert cgroup_cpus(tmp_path / "absent") is None
+    assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
