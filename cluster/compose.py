@@ -138,7 +138,7 @@ def actor_plan(
     console = ConsoleStateConfig(admin.session_ttl_s, admin.max_sessions, admin.state_ttl_s, admin.max_pending_logins)
     plan["console_state"] = (ConsoleState, (console,))
     embedding = settings.embedding
-    model = partial(make_engine, embedding.engine, embedding.dims, embedding.threads)  # built in each embedder actor
+    model = partial(make_engine, embedding.engine, embedding.dims, settings.embedder_threads)  # built in each embedder actor
     for i in range(settings.embedder_pool):
         plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch),))
     return plan

@@ -17,6 +17,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from cluster.server_settings import Section, ServerSettings
+from head.cpus import usable_cpus
 from mesh.inbox import Budget
 from mesh.standing import StandingPrior
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning, SceneTuning
@@ -53,12 +54,16 @@ class RaySettings(Section):
     placement: Literal["pack", "spread"] = "pack"  # spread: actors across the cluster's nodes (Ray's SPREAD strategy)
 
 
+DEFAULT_POOL_MAX = 4  # model copies by default: past it, each copy gets more threads instead (memory: ~0.7 GB a copy)
+
+
 class EmbeddingSettings(Section):
     engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm"
     dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
     max_batch: int = Field(64, ge=1, le=1024)
-    # Embedder actors shared by every head; 0: each head embeds with its own model. None: one actor for a
-    # model engine on Ray, none for ``hash`` or ``ray.in_process`` (Settings.embedder_pool).
+    # Embedder actors shared by every head; 0: each head embeds with its own model. None: one per usable
+    # CPU (at most DEFAULT_POOL_MAX) for a model engine on Ray, none for ``hash`` or ``ray.in_process``
+    # (Settings.embedder_pool). ``threads`` None: the usable CPUs shared out over them (Settings.embedder_threads).
     pool: int | None = Field(None, ge=0, le=64)
     threads: int | None = Field(None, ge=1)
     max_queued_texts: int = Field(4_096, ge=1)  # texts waiting for the model, all tenants; 429 beyond
@@ -392,12 +397,24 @@ class Settings(BaseSettings):
 
     @property
     def embedder_pool(self) -> int:
-        """Embedder actors in the deployment: ``embedding.pool``, else one for a model engine on Ray (the head's
-        event loop then never shares its interpreter with the model, and the actor batches every head's texts:
-        +28 to 36% throughput on one machine, docs/benchmarks.md), none for ``hash`` or ``ray.in_process``."""
+        """Embedder actors in the deployment: ``embedding.pool``, else, for a model engine on Ray, one per
+        CPU this machine lets the process use, at most ``DEFAULT_POOL_MAX``; none for ``hash`` or
+        ``ray.in_process``. Out of the head's process, the model never shares the head's interpreter and
+        its actors batch every head's texts; several one-thread copies beat one copy on every core,
+        because a model's small batches use threads poorly (docs/benchmarks.md, "One model copy per CPU")."""
         if self.embedding.pool is not None:
             return self.embedding.pool
-        return 0 if self.embedding.engine == "hash" or self.ray.in_process else 1
+        return 0 if self.embedding.engine == "hash" or self.ray.in_process else min(usable_cpus(), DEFAULT_POOL_MAX)
+
+    @property
+    def embedder_threads(self) -> int | None:
+        """Intra-op threads of each model copy: ``embedding.threads``, else this machine's usable CPUs shared
+        out over the pool's copies (at least one each); None without a pool (the head's own model takes
+        every usable CPU)."""
+        if self.embedding.threads is not None:
+            return self.embedding.threads
+        pool = self.embedder_pool
+        return max(1, usable_cpus() // pool) if pool else None
 
     @property
     def observatory_enabled(self) -> bool:

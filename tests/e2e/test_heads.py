@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from head.embedding import usable_cpus
+from cluster.settings import DEFAULT_POOL_MAX
+from head.cpus import usable_cpus
 from tests.servers import BIN, Server, assert_envelope, free_port
 
 
@@ -110,21 +111,25 @@ def test_an_embedder_pool_embeds_for_the_heads(ray_address: str, tmp_path: Path)
         server.stop()
 
 
-def test_the_real_model_runs_in_one_embedder_actor_by_default(server: Server) -> None:
-    """With no ``embedding.pool`` set, a model engine on Ray embeds in one embedder actor, not in the head."""
+def test_the_real_model_runs_in_one_embedder_actor_per_cpu_by_default(server: Server) -> None:
+    """With no ``embedding.pool`` set, a model engine on Ray embeds in embedder actors, one per usable CPU
+    (at most DEFAULT_POOL_MAX), each loaded before the server says it is up, and not in the head."""
     import ray
 
+    pool = min(usable_cpus(), DEFAULT_POOL_MAX)
     key = server.issue("pool-default", "Writer", "w")["plaintext_secret"]
-    embedder = ray.get_actor("embedder:0", namespace=server.namespace)
-    before = ray.get(embedder.health.remote(), timeout=30)["embed_texts"]
+    embedders = [ray.get_actor(f"embedder:{i}", namespace=server.namespace) for i in range(pool)]
+    before = [ray.get(e.health.remote(), timeout=30) for e in embedders]
+    assert all(h["embed_texts"] >= 1 for h in before), f"an actor's model was not loaded at start: {before}"
     with server.http(key) as http:
         cell = http.post("/v1/cells", json={"content": "the invoice batch was re-sent to the bank", "cell_type": "Fact"})
         assert cell.status_code == 201, cell.text
         found = http.post("/v1/recall", json={"text": "payment file sent again", "k": 3}).json()
         assert cell.json()["id"] in str(found)
-    health = ray.get(embedder.health.remote(), timeout=30)
-    assert health["embed_texts"] >= before + 2, "the head embedded on its own"
-    # Ray starts the actor with OMP_NUM_THREADS=1; the model still gets every CPU the actor may use
-    assert health["model_threads"] == usable_cpus(), health
+    after = [ray.get(e.health.remote(), timeout=30) for e in embedders]
+    assert sum(h["embed_texts"] for h in after) >= sum(h["embed_texts"] for h in before) + 2, "the head embedded on its own"
+    # Ray starts the actors with OMP_NUM_THREADS=1; the usable CPUs are shared out over the copies instead
+    assert all(h["model_threads"] == max(1, usable_cpus() // pool) for h in after), after
+    assert len({h["pid"] for h in after}) == pool, "each copy of the model has its own process"
     with pytest.raises(ValueError):
-        ray.get_actor("embedder:1", namespace=server.namespace)  # one actor: one copy of the model on this machine
+        ray.get_actor(f"embedder:{pool}", namespace=server.namespace)

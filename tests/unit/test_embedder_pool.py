@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
+import pytest
 
 from actors.embedder import EmbedderConfig, EmbedderWorker
-from head.embedding import HashEngine, PooledEngine, cgroup_cpus, make_engine, usable_cpus
+from head.cpus import cgroup_cpus, usable_cpus
+from head.embedding import Embedder, HashEngine, PooledEngine, make_engine
 from head.facade import Memesh
+from mesh.errors import EmbeddingFailed
 from mesh.model import CellType, NewCell
 from tests.unit.test_propagation import agent
 
@@ -53,3 +58,64 @@ def test_a_cgroup_cpu_quota_caps_the_models_threads(tmp_path: Path) -> None:
     assert cgroup_cpus(cpu_max) is None
     assert cgroup_cpus(tmp_path / "absent") is None
     assert 1 <= usable_cpus() <= (os.cpu_count() or 1)
+
+
+class _TimedHash(HashEngine):
+    """The hash engine, holding each encode 0.2 s and noting when: a model's encode takes time, and
+    whether two actors encode at once is what this test observes (no real model needed for that)."""
+
+    spans: ClassVar[list[tuple[float, float]]] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        started = time.monotonic()
+        time.sleep(0.2)
+        _TimedHash.spans.append((started, time.monotonic()))
+        return super().encode(texts)
+
+
+class _Actors:
+    def __init__(self, workers: list[EmbedderWorker]) -> None:
+        self.workers = workers
+
+    def embedder(self, index: int) -> EmbedderWorker:
+        return self.workers[index]
+
+
+async def test_one_head_keeps_every_actor_of_its_pool_busy() -> None:
+    """A head with a pool of two sends batches to both at once (before, it waited for each batch, so a
+    second actor never encoded beside the first); every caller still gets its own texts' vectors."""
+    _TimedHash.spans = []
+    workers = [EmbedderWorker(EmbedderConfig(partial(_TimedHash, 64), max_batch=64)) for _ in range(2)]
+    embedder = Embedder(PooledEngine(_Actors(workers), "hash-64", 64, 2))  # type: ignore[arg-type]
+    texts = [[f"invoice {caller}.{n}" for n in range(2)] for caller in range(12)]
+    answers = await asyncio.gather(*(embedder.embed(t, owner=f"tenant-{i % 3}") for i, t in enumerate(texts)))
+    engine = HashEngine(64)
+    assert all(np.array_equal(a, engine.encode(t)) for a, t in zip(answers, texts, strict=True))
+    assert all(w.texts for w in workers), [w.texts for w in workers]
+    overlapping = [(a, b) for a in _TimedHash.spans for b in _TimedHash.spans if a < b and b[0] < a[1]]
+    assert overlapping, f"the two actors never encoded at the same time: {_TimedHash.spans}"
+    assert embedder.queued == 0
+    embedder.close()
+
+
+async def test_a_lone_request_starts_at_once_and_a_failed_batch_fails_only_its_callers() -> None:
+    """No batch slot waits for company; an engine failure reaches its batch's callers, and the next
+    request is served (the slot was given back)."""
+
+    class Flaky(HashEngine):
+        fail = True
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            if Flaky.fail:
+                Flaky.fail = False
+                raise RuntimeError("model fell over")
+            return super().encode(texts)
+
+    embedder = Embedder(Flaky(32))
+    with pytest.raises(EmbeddingFailed):
+        await embedder.embed(["first"])
+    started = time.monotonic()
+    (vector,) = await asyncio.wait_for(embedder.embed(["second"]), 5)
+    assert time.monotonic() - started < 1.0
+    assert np.array_equal(vector, HashEngine(32).encode(["second"])[0])
+    embedder.close()

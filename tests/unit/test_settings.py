@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cluster.settings import Settings
+from cluster.settings import DEFAULT_POOL_MAX, Settings
 
 
 def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -22,14 +22,23 @@ def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert s.observatory_enabled is True  # dev profile
 
 
-def test_the_embedder_pool_is_one_actor_for_a_model_engine_on_ray(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_embedder_pool_is_one_actor_per_usable_cpu_for_a_model_engine_on_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
-    assert Settings().embedder_pool == 1  # minilm on Ray: the model out of the head's process
-    assert Settings(embedding={"engine": "minilm-onnx"}).embedder_pool == 1
+    for cpus, pool, threads in ((1, 1, 1), (2, 2, 1), (3, 3, 1), (16, DEFAULT_POOL_MAX, 16 // DEFAULT_POOL_MAX)):
+        monkeypatch.setattr("cluster.settings.usable_cpus", lambda cpus=cpus: cpus)
+        assert (Settings().embedder_pool, Settings().embedder_threads) == (pool, threads), cpus  # minilm on Ray
+        assert Settings(embedding={"engine": "minilm-onnx"}).embedder_pool == pool
+        assert Settings(embedding={"pool": 1}).embedder_threads == cpus  # one copy: every usable CPU
     assert Settings(embedding={"engine": "hash"}).embedder_pool == 0  # no model: embedding in the head costs less than a hop
     assert Settings(ray={"in_process": True}).embedder_pool == 0  # no Ray: no process to move the model to
+    assert Settings(ray={"in_process": True}).embedder_threads is None  # the head's own model takes every CPU
     assert Settings(embedding={"pool": 0}).embedder_pool == 0  # an operator's choice wins
     assert Settings(embedding={"engine": "hash", "pool": 3}).embedder_pool == 3
+    assert Settings(embedding={"pool": 8, "threads": 3}).embedder_threads == 3
+    monkeypatch.setattr("cluster.settings.usable_cpus", lambda: 2)
+    assert Settings(embedding={"pool": 8}).embedder_threads == 1  # more copies than CPUs: one thread each
 
 
 def test_nested_environment_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
