@@ -1,8 +1,10 @@
 """A partition's answer to a wave of walks: the scenes nearest each frontier node, as walk candidates.
 
 Guarantees: pure (reads the partition, changes nothing); one matrix product per
-tenant for every request of the wave; only the requesting walk's tenant is
-searched; candidates come best first, ties by id (``VectorIndex.search_many``).
+tenant for every request of the wave, and one more for every candidate's
+relevance; only the requesting walk's tenant is searched; candidates come best
+first, ties by id (``VectorIndex.search_many``); each candidate's centroid is a
+row of a matrix made for the answer, never the partition's own array.
 """
 
 from __future__ import annotations
@@ -26,18 +28,17 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         flat = [(n, fid, vec) for n in members for fid, vec in requests[n].queries]
         if not flat:
             continue
-        k = max(requests[n].k for n in members)
-        hits = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), k)
-        for (n, frontier_id, _), found in zip(flat, hits, strict=True):
-            request = requests[n]
-            found = found[: request.k]
-            if not found:
-                answers[n][frontier_id] = []
-                continue
-            centroids = np.stack([s.centroid for s, _ in found])  # a copy: a walk never shares the partition's arrays
-            relevance = (centroids @ request.diff_vector).tolist()
+        ks = [requests[n].k for n, _, _ in flat]
+        ids, sims, centroids = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), ks)
+        # every hit's relevance to its own walk's diff at once: each centroid row against that walk's diff row
+        diffs = np.stack([requests[n].diff_vector for n, _, _ in flat])
+        of_query = np.repeat(np.arange(len(flat)), [len(found) for found in ids])
+        relevance = np.einsum("hd,hd->h", centroids, diffs[of_query]).tolist()
+        at = 0
+        for (n, frontier_id, _), found, scores in zip(flat, ids, sims, strict=True):
             answers[n][frontier_id] = [
-                Candidate(s.id, NodeKind.SCENE, sim, rel, None, centroid)
-                for (s, sim), rel, centroid in zip(found, relevance, centroids, strict=True)
+                Candidate(scene_id, NodeKind.SCENE, sim, relevance[at + i], None, centroids[at + i])
+                for i, (scene_id, sim) in enumerate(zip(found, scores, strict=True))
             ]
+            at += len(found)
     return answers

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from mesh.erasure import Selector
 from mesh.errors import Conflict, NotFound, ValidationFailed
 from mesh.model import Cell, Layer, Scene, Vector
-from mesh.partition_index import SceneCentroidIndex, TenantCellIndex
+from mesh.partition_index import SceneCentroidIndex, SceneHits, TenantCellIndex
 from mesh.pattern import duplicate_groups, pattern_of
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.storage_cost import stored_bytes
@@ -445,6 +445,6 @@ class MemoryPartition:
         """The tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
         return [(self.scenes[sid], sim) for sid, sim in self._scene_index.nearest(tenant_id, vector, k)]
 
-    def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], k: int) -> list[list[tuple[Scene, float]]]:
-        """``scene_neighbours`` for every row of ``vectors``, in one matrix product."""
-        return [[(self.scenes[sid], sim) for sid, sim in hits] for hits in self._scene_index.nearest_many(tenant_id, vectors, k)]
+    def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
+        """``scene_neighbours`` for every row of ``vectors`` (``ks[i]`` each), in one matrix product."""
+        return self._scene_index.nearest_many(tenant_id, vectors, ks)

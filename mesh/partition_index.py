@@ -107,6 +107,9 @@ class TenantCellIndex:
         return mask
 
 
+SceneHits = tuple[list[list[str]], list[list[float]], npt.NDArray[np.float32]]  # ids, scores per query; their vectors
+
+
 class SceneCentroidIndex:
     """Scene centroids by project (for joining) and by tenant (for walks); a scene without live members is not live."""
 
@@ -148,12 +151,13 @@ class SceneCentroidIndex:
         index = self._by_tenant.get(tenant_id)
         return [] if index is None else index.search(vector, k)
 
-    def nearest_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], k: int) -> list[list[tuple[str, float]]]:
-        """``nearest`` for every row of ``vectors``, in one matrix product."""
+    def nearest_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
+        """The nearest ``ks[i]`` live scenes of ``tenant_id`` to each row of ``vectors`` (one matrix product):
+        their ids and similarities per row, and their centroids, every row's in order, in one new matrix."""
         index = self._by_tenant.get(tenant_id)
         if index is None:
-            return [[] for _ in range(len(vectors))]
-        return index.search_many(vectors, k)
+            return [[] for _ in range(len(vectors))], [[] for _ in range(len(vectors))], np.zeros((0, self.dims), np.float32)
+        return index.search_many_vectors(vectors, ks)
 
     def _project_index(self, scene: Scene) -> VectorIndex:
         key = (scene.tenant_id, scene.project_id)

@@ -171,24 +171,42 @@ class VectorIndex:
         self, queries: npt.NDArray[np.float32], k: int, mask: BoolMask | None = None
     ) -> list[list[tuple[str, float]]]:
         """``search`` for every row of ``queries`` with one matrix product (what batched walks use)."""
+        found_rows, found_sims = self._search_many(queries, k, mask)
+        ids = self._ids
+        return [[(ids[r], s) for r, s in zip(rs, ss, strict=True)] for rs, ss in zip(found_rows, found_sims, strict=True)]
+
+    def search_many_vectors(
+        self, queries: npt.NDArray[np.float32], ks: list[int]
+    ) -> tuple[list[list[str]], list[list[float]], npt.NDArray[np.float32]]:
+        """``search_many`` with its own ``k`` per query (``ks``), as ids and scores per query plus the found
+        rows' vectors, all queries' in order in one new matrix (a copy: never the index's own rows)."""
+        found_rows, found_sims = self._search_many(queries, max(ks, default=0), None)
+        kept = [rs[:k] for rs, k in zip(found_rows, ks, strict=True)]
+        ids = self._ids
+        vectors = self._matrix[np.fromiter((r for rs in kept for r in rs), dtype=np.intp)]
+        return [[ids[r] for r in rs] for rs in kept], [ss[:k] for ss, k in zip(found_sims, ks, strict=True)], vectors
+
+    def _search_many(
+        self, queries: npt.NDArray[np.float32], k: int, mask: BoolMask | None
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Each query's best rows and their scores, best first (``search``'s order), as plain lists."""
         n = self.size
         if n == 0 or k <= 0 or len(queries) == 0:
-            return [[] for _ in range(len(queries))]
+            return [[] for _ in range(len(queries))], [[] for _ in range(len(queries))]
         allowed = self._live[:n] if mask is None else (self._live[:n] & mask)
         if allowed.all():  # the live rows themselves, not a copy of them
             rows, matrix = np.arange(n), self._matrix[:n]
         else:
             rows = np.flatnonzero(allowed)
             if rows.size == 0:
-                return [[] for _ in range(len(queries))]
+                return [[] for _ in range(len(queries))], [[] for _ in range(len(queries))]
             matrix = self._matrix[rows]
         sims = matrix @ queries.astype(np.float32, copy=False).T  # rows x queries
         best, short = self._best_many(sims, rows, k)  # k x queries positions, each column best first
-        ids = self._ids
         found_rows, found_sims = rows[best].T.tolist(), np.take_along_axis(sims, best, axis=0).T.tolist()
         for j, positions in short.items():  # columns with fewer than k comparable scores (NaN)
             found_rows[j], found_sims[j] = rows[positions].tolist(), sims[positions, j].tolist()
-        return [[(ids[r], s) for r, s in zip(rs, ss, strict=True)] for rs, ss in zip(found_rows, found_sims, strict=True)]
+        return found_rows, found_sims
 
     def _best_many(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> tuple[Rows, dict[int, Rows]]:
         """``_best`` for every column of ``sims`` at once: one partition and one lexsort for all of them. A
