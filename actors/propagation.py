@@ -34,7 +34,7 @@ from mesh.presence import Owner, OwnerPresence
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
 from mesh.walk import Candidate, Criterion, EnergyPolicy, HopEvent, NeighbourRequest, Reach, WalkState, merge_candidates
-from mesh.walk_wire import WaveRequests
+from mesh.walk_wire import PackedAnswers, WaveRequests
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 
 YIELD_EVERY = 8  # walks advanced between two turns of the event loop
-LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[list[dict[str, list[Candidate]]]]]
+LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[PackedAnswers]]
 Moves = dict[int, list[tuple[str, str, Vector]]]  # beacon set index -> (agent id, tenant id, vector) moves
 
 
@@ -80,6 +80,11 @@ class WalkResult:
     events: list[HopEvent]
     reaches: list[Reach]
     delivered: int = 0
+
+
+async def _unpacked(answer: Awaitable[PackedAnswers]) -> list[dict[str, list[Candidate]]]:
+    """A scene shard's packed answer as the walk reads it."""
+    return (await answer).unpacked()
 
 
 class Propagator:
@@ -187,11 +192,11 @@ class Propagator:
     ) -> Awaitable[list[dict[str, list[Candidate]]]]:
         kind, index = owner
         if self._local is not None and self._is_local(kind, index):
-            return self._local[1](requests)
+            return _unpacked(self._local[1](requests))
         wave = WaveRequests(requests)  # pickled packed: one matrix for the frontier and diff vectors
         if kind == "beacon_set":
             return directory.beacon_set(index).neighbours_many(wave, now, moves)
-        return directory.scene_shard(index).neighbours_many(wave)
+        return _unpacked(directory.scene_shard(index).neighbours_many(wave))
 
     async def pull_presence(self, attempts: int = 6, timeout_s: float = 30.0) -> None:
         """Ask every other owner which tenants it holds (a walker that starts knows nobody: until an owner

@@ -56,7 +56,8 @@ from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
-from mesh.walk import Candidate, NeighbourRequest
+from mesh.walk import NeighbourRequest
+from mesh.walk_wire import PackedAnswers
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +283,8 @@ class SceneShard(SceneReembedding):
         benchmarks and orderly shutdown; bounded by ``timeout_s``."""
         return await self._walks.settle(timeout_s)
 
-    async def neighbours_many(self, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
-        """``neighbours`` for many walks at once: one matrix product per tenant."""
+    async def neighbours_many(self, requests: list[NeighbourRequest]) -> PackedAnswers:
+        """``neighbours`` for many walks at once, packed for the wire: one matrix product per tenant."""
         partition = await self._ready()
         return neighbour_scenes(partition, requests)
 

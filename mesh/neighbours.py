@@ -10,17 +10,23 @@ row of a matrix made for the answer, never the partition's own array.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from mesh.partition import MemoryPartition
-from mesh.walk import Candidate, NeighbourRequest, NodeKind
-from mesh.walk_wire import WaveAnswers
+from mesh.walk import NeighbourRequest, NodeKind
+from mesh.walk_wire import PackedAnswers, Row
+
+SCENE = NodeKind.SCENE.value
 
 
-def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest]) -> list[dict[str, list[Candidate]]]:
+def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest]) -> PackedAnswers:
     """For each walk's wave, each frontier node's nearest live scenes of its tenant as walk candidates
-    (similarity to the node, relevance to the diff, the centroid the next wave searches around): one
-    matrix product per tenant for all the requests."""
-    answers = WaveAnswers({} for _ in requests)  # pickled packed: one matrix, no per-candidate objects
+    (similarity to the node, relevance to the diff, the centroid the next wave searches around), packed
+    for the wire: one matrix product per tenant for all the requests, one for every candidate's relevance,
+    and no per-candidate object (the walker unpacks them)."""
+    answers: list[dict[str, list[Row]]] = [{} for _ in requests]
+    matrices: list[npt.NDArray[np.float32]] = []
+    offset = 0  # rows of the answer's matrix taken by earlier tenants
     by_tenant: dict[str, list[int]] = {}
     for n, request in enumerate(requests):
         by_tenant.setdefault(request.tenant_id, []).append(n)
@@ -37,8 +43,10 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         at = 0
         for (n, frontier_id, _), found, scores in zip(flat, ids, sims, strict=True):
             answers[n][frontier_id] = [
-                Candidate(scene_id, NodeKind.SCENE, sim, relevance[at + i], None, centroids[at + i])
+                (scene_id, SCENE, sim, relevance[at + i], None, None, offset + at + i)
                 for i, (scene_id, sim) in enumerate(zip(found, scores, strict=True))
             ]
             at += len(found)
-    return answers
+        matrices.append(centroids)
+        offset += len(centroids)
+    return PackedAnswers(answers, np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None))

@@ -30,6 +30,7 @@ from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.walk import Candidate, NeighbourRequest
+from mesh.walk_wire import PackedAnswers
 
 Neighbours = list[dict[str, list[Candidate]]]
 """Per request of a ``neighbours_many`` call: origin id -> the nearest candidates."""
@@ -77,7 +78,7 @@ class SceneShardActor(Actor, Reembedding, Protocol):
 
     async def settle(self, timeout_s: float = 30.0) -> int: ...
 
-    async def neighbours_many(self, requests: list[NeighbourRequest]) -> Neighbours: ...
+    async def neighbours_many(self, requests: list[NeighbourRequest]) -> PackedAnswers: ...
 
     async def tenants(self) -> list[str]: ...
 

@@ -8,7 +8,9 @@ on the machine we measured, against about 1 ms for the same content as tuples an
 Guarantees: :class:`WaveRequests` and :class:`WaveAnswers` are lists of the same objects as before; in
 process nothing changes. Pickled (for Ray, and for the in-process directory's copies), they travel
 packed and unpickle to equal objects, in the same order, with every empty answer kept (an owner that
-found nothing for a frontier node says so) and every vector with the same values and dtype.
+found nothing for a frontier node says so) and every vector with the same values and dtype. A scene
+shard answers with :class:`PackedAnswers`, built in that packed form (no candidate object on the
+answering side), whose ``unpacked()`` is such a ``WaveAnswers``.
 """
 
 from __future__ import annotations
@@ -67,6 +69,24 @@ def _answers(rows: list[dict[str, list[Row]]], matrix: np.ndarray[Any, Any] | No
         }
         for answer in rows
     )
+
+
+class PackedAnswers:
+    """An answer to a wave in its travelling form: per request, per frontier node id, candidate rows
+    (``Row``: a vector's row in ``matrix``, or -1), and one matrix of their vectors. What the walker reads
+    is ``unpacked()``: equal candidates, in the same order, each vector a row of ``matrix``."""
+
+    __slots__ = ("matrix", "rows")
+
+    def __init__(self, rows: list[dict[str, list[Row]]], matrix: np.ndarray[Any, Any] | None) -> None:
+        self.rows = rows
+        self.matrix = matrix
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PackedAnswers, (self.rows, self.matrix))
+
+    def unpacked(self) -> WaveAnswers:
+        return _answers(self.rows, self.matrix)
 
 
 class WaveRequests(list[NeighbourRequest]):

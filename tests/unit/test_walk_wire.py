@@ -9,8 +9,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mesh.neighbours import neighbour_scenes
+from mesh.partition import MemoryPartition
+from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
 from mesh.walk_wire import WaveAnswers, WaveRequests
+from tests.unit.helpers import cell, direction, uid
 
 DIMS = 8
 
@@ -111,3 +115,35 @@ def test_vectors_of_another_dtype_or_shape_travel_unchanged() -> None:
     back = pickle.loads(pickle.dumps(answers))
     assert type(back) is WaveAnswers and all(same_candidate(a, b) for a, b in zip(answers[1]["s5"], back[1]["s5"], strict=True))
     assert back[0]["s1"][0].vector.shape == (3,)
+
+
+def test_a_scene_shards_packed_answer_unpacks_to_each_frontier_nodes_own_search() -> None:
+    """``neighbour_scenes`` answers a wave of several tenants packed; unpacked (and after a pickle round trip)
+    each frontier node has what a search of its own gives: the nearest live scenes of its walk's tenant,
+    best first, each with its relevance to that walk's diff and a copy of its centroid."""
+    partition = MemoryPartition(16, SceneTuning(join_similarity=0.9))
+    cells = [cell(direction(seed, 16), tenant=f"t{seed % 3}", project=f"p{seed % 2}") for seed in range(60)]
+    partition.write(cells, [uid("5") for _ in cells])
+    requests = [
+        NeighbourRequest("t0", [("f1", direction(101, 16)), ("f2", direction(102, 16))], direction(103, 16), 4, None),
+        NeighbourRequest("t1", [("f3", direction(104, 16))], direction(105, 16), 2, None),
+        NeighbourRequest("t0", [("f4", direction(106, 16))], direction(107, 16), 3, None),
+        NeighbourRequest("nobody", [("f5", direction(108, 16))], direction(109, 16), 3, None),
+        NeighbourRequest("t2", [], direction(110, 16), 3, None),
+    ]
+    packed = neighbour_scenes(partition, requests)
+    for answers in (packed.unpacked(), pickle.loads(pickle.dumps(packed)).unpacked()):
+        assert [sorted(a) for a in answers] == [["f1", "f2"], ["f3"], ["f4"], ["f5"], []]
+        for request, answer in zip(requests, answers, strict=True):
+            for frontier_id, frontier in request.queries:
+                expected = partition.scene_neighbours(request.tenant_id, frontier, request.k)
+                got = answer[frontier_id]
+                assert [c.node_id for c in got] == [scene.id for scene, _ in expected]
+                assert all(c.kind is NodeKind.SCENE and c.agent_id is None and c.standing is None for c in got)
+                assert np.allclose([c.similarity for c in got], [sim for _, sim in expected], atol=1e-6)
+                relevance = [float(scene.centroid @ request.diff_vector) for scene, _ in expected]
+                assert np.allclose([c.relevance for c in got], relevance, atol=1e-6)
+                for c, (scene, _) in zip(got, expected, strict=True):
+                    assert c.vector is not None and c.vector.dtype == np.float32
+                    assert np.array_equal(c.vector, scene.centroid) and not np.shares_memory(c.vector, scene.centroid)
+        assert answers[0]["f1"], "the test's tenant t0 has scenes near its frontier"
