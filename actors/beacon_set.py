@@ -52,8 +52,8 @@ from mesh.model import AgentNode, Beacon, Vector, WriterSums
 from mesh.seam import Directory
 from mesh.standing import StandingPrior
 from mesh.storage_cost import stored_bytes
-from mesh.walk import Candidate, NeighbourRequest, NodeKind
-from mesh.walk_wire import WaveAnswers
+from mesh.walk import NeighbourRequest, NodeKind
+from mesh.walk_wire import PackedAnswers, Row
 
 log = logging.getLogger(__name__)
 REMEMBERED_REMOVALS = 64  # per agent: what makes a repeated removal a no-op
@@ -259,8 +259,9 @@ class BeaconSet(BeaconReembedding):
 
     async def neighbours_many(
         self, requests: list[NeighbourRequest], now: datetime, moves: list[tuple[str, str, Vector]] | None = None
-    ) -> list[dict[str, list[Candidate]]]:
-        """``neighbours`` for many walks at once: one matrix product per tenant and excluded writer.
+    ) -> PackedAnswers:
+        """``neighbours`` for many walks at once, packed for the wire (no candidate object here; the walker
+        unpacks): one matrix product per tenant and excluded writer.
 
         ``moves`` (a batch's first wave): the writers' agent nodes held here move first, as
         ``observe_many`` would (one message instead of two). Then the diffs of requests marked
@@ -270,7 +271,7 @@ class BeaconSet(BeaconReembedding):
         if moves:
             await self._move_agents(moves)
         self._fold([r for r in requests if r.observe])
-        answers = WaveAnswers({} for _ in requests)  # pickled packed: one matrix, no per-candidate objects
+        answers: list[dict[str, list[Row]]] = [{} for _ in requests]
         groups: dict[tuple[str, str | None], list[int]] = {}
         for n, request in enumerate(requests):
             groups.setdefault((request.tenant_id, request.exclude_agent), []).append(n)
@@ -289,10 +290,10 @@ class BeaconSet(BeaconReembedding):
                 rows = np.fromiter((nodes.index.row_of(nid) for nid in ids), dtype=np.intp, count=len(ids))
                 standing = nodes.standings.standing(rows, relevance).tolist()
                 answers[n][frontier_id] = [
-                    Candidate(nid, nodes.kind[nid], sim, rel, nodes.agent[nid], None, st)
+                    (nid, nodes.kind[nid].value, sim, rel, nodes.agent[nid], st, -1)
                     for (nid, sim), rel, st in zip(found, relevance.tolist(), standing, strict=True)
                 ]
-        return answers
+        return PackedAnswers(answers, None)  # leaves carry no vector
 
     def _fold(self, requests: list[NeighbourRequest]) -> None:
         """Fold the diffs into their tenants' leaf statistics (every node of the tenant sees every diff)."""

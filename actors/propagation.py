@@ -83,7 +83,7 @@ class WalkResult:
 
 
 async def _unpacked(answer: Awaitable[PackedAnswers]) -> list[dict[str, list[Candidate]]]:
-    """A scene shard's packed answer as the walk reads it."""
+    """An owner's packed answer as the walk reads it."""
     return (await answer).unpacked()
 
 
@@ -195,7 +195,7 @@ class Propagator:
             return _unpacked(self._local[1](requests))
         wave = WaveRequests(requests)  # pickled packed: one matrix for the frontier and diff vectors
         if kind == "beacon_set":
-            return directory.beacon_set(index).neighbours_many(wave, now, moves)
+            return _unpacked(directory.beacon_set(index).neighbours_many(wave, now, moves))
         return _unpacked(directory.scene_shard(index).neighbours_many(wave))
 
     async def pull_presence(self, attempts: int = 6, timeout_s: float = 30.0) -> None:

@@ -29,11 +29,8 @@ from mesh.layout import Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
-from mesh.walk import Candidate, NeighbourRequest
+from mesh.walk import NeighbourRequest
 from mesh.walk_wire import PackedAnswers
-
-Neighbours = list[dict[str, list[Candidate]]]
-"""Per request of a ``neighbours_many`` call: origin id -> the nearest candidates."""
 
 
 class Actor(Protocol):
@@ -130,7 +127,7 @@ class BeaconSetActor(Actor, Reembedding, Protocol):
 
     async def neighbours_many(
         self, requests: list[NeighbourRequest], now: datetime, moves: list[tuple[str, str, Vector]] | None = None
-    ) -> Neighbours: ...
+    ) -> PackedAnswers: ...
 
     async def tenants(self) -> list[str]: ...
 

@@ -8,9 +8,9 @@ on the machine we measured, against about 1 ms for the same content as tuples an
 Guarantees: :class:`WaveRequests` and :class:`WaveAnswers` are lists of the same objects as before; in
 process nothing changes. Pickled (for Ray, and for the in-process directory's copies), they travel
 packed and unpickle to equal objects, in the same order, with every empty answer kept (an owner that
-found nothing for a frontier node says so) and every vector with the same values and dtype. A scene
-shard answers with :class:`PackedAnswers`, built in that packed form (no candidate object on the
-answering side), whose ``unpacked()`` is such a ``WaveAnswers``.
+found nothing for a frontier node says so) and every vector with the same values and dtype. Owners
+(scene shards, beacon sets) answer with :class:`PackedAnswers`, built in that packed form (no
+candidate object on the answering side), whose ``unpacked()`` is such a ``WaveAnswers``.
 """
 
 from __future__ import annotations

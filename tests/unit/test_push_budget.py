@@ -110,7 +110,7 @@ async def test_leaf_statistics_stay_in_their_tenant_survive_a_restart_and_leave_
     await beacons.place(beacon("00000000-0000-7000-8000-0000000000b2", "t2", unit(2)), 10)
     diffs = [unit(10 + i) for i in range(5)]
     requests = [NeighbourRequest("t1", [("s", d)], d, 9, None, 8, True) for d in diffs]
-    before = await beacons.neighbours_many(requests, now)
+    before = (await beacons.neighbours_many(requests, now)).unpacked()
     t1, t2 = beacons._tenants["t1"], beacons._tenants["t2"]
     assert t1.standings.get(0)[0] == 5.0
     assert t2.standings.get(0) == (0.0, 0.0, 0.0), "another tenant's writes moved t2's statistics"
@@ -120,7 +120,7 @@ async def test_leaf_statistics_stay_in_their_tenant_survive_a_restart_and_leave_
 
     restarted = BeaconSet(config)
     replay = [NeighbourRequest("t1", [("s", d)], d, 9, None, 8, False) for d in diffs]
-    after = await restarted.neighbours_many(replay, now)
+    after = (await restarted.neighbours_many(replay, now)).unpacked()
     assert [[c.standing for c in a["s"]] for a in after] == [[c.standing for c in b["s"]] for b in before]
     table = restarted._standing_table
     assert table is not None
