@@ -197,8 +197,16 @@ class PooledEngine:
         raise EmbeddingFailed("no embedder actor answered") from failure
 
     async def warm_up(self) -> None:
-        """Load the model in every actor now (each loads on its first call: seconds a request would wait)."""
-        await asyncio.gather(*(self._dir.embedder(i).encode(["warm up"]) for i in range(self.size)))
+        """Load the model in every actor now (each loads on its first call: seconds a request would wait).
+        An actor that fails is logged and left to load on its first batch (the others serve meanwhile);
+        only a pool where every actor fails raises."""
+        calls = (self._dir.embedder(i).encode(["warm up"]) for i in range(self.size))
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        failed = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        for i, failure in failed:
+            log.warning("embedder:%d did not warm up (%s); it loads on its first batch", i, failure)
+        if len(failed) == self.size:
+            raise EmbeddingFailed("no embedder actor warmed up") from failed[0][1]
 
 
 class SwitchGate:
@@ -287,6 +295,7 @@ class Embedder:
         self._queued_by: dict[str, int] = {}
         self._background: deque[_Request] = deque()
         self._inflight = 0  # batches encoding now (at most the engine's ``parallel``)
+        self._dispatch_due = False  # a dispatch is scheduled for the loop's next turn
         self._tasks: set[asyncio.Task[None]] = set()
         self.dropped = 0  # requests dropped unencoded because their caller stopped waiting
         self.batch_sizes = Histogram(BATCH_SIZES)  # texts per encode call
@@ -328,7 +337,7 @@ class Embedder:
         self._queues.setdefault(owner, deque()).append(request)
         self._queued += n
         self._queued_by[owner] = self._queued_by.get(owner, 0) + n
-        self._dispatch()
+        self._schedule()
         return await request.future
 
     async def embed_background(self, texts: list[str]) -> Matrix:
@@ -338,7 +347,7 @@ class Embedder:
         for start in range(0, len(texts), self.BACKGROUND_CHUNK):
             request = _Request(texts[start : start + self.BACKGROUND_CHUNK], asyncio.get_running_loop().create_future(), "")
             self._background.append(request)
-            self._dispatch()
+            self._schedule()
             parts.append(await request.future)
         return np.concatenate(parts) if parts else np.zeros((0, self.dims), dtype=np.float32)
 
@@ -346,8 +355,15 @@ class Embedder:
     def _slots(self) -> int:
         return max(1, getattr(self.engine, "parallel", 1))
 
+    def _schedule(self) -> None:
+        """Dispatch on the event loop's next turn: requests made in the same turn (a ``gather``) share a batch."""
+        if not self._dispatch_due:
+            self._dispatch_due = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
     def _dispatch(self) -> None:
         """Start a batch in every free slot while requests wait (live ones first); never blocks."""
+        self._dispatch_due = False
         while self._inflight < self._slots:
             batch = self._next_batch()
             if not batch:  # nothing live waits: one background chunk

@@ -20,7 +20,7 @@ from actors.embedder import EmbedderConfig, EmbedderWorker
 from head.cpus import cgroup_cpus, usable_cpus
 from head.embedding import Embedder, HashEngine, PooledEngine, make_engine
 from head.facade import Memesh
-from mesh.errors import EmbeddingFailed
+from mesh.errors import EmbeddingFailed, Unavailable
 from mesh.model import CellType, NewCell
 from tests.unit.test_propagation import agent
 
@@ -86,7 +86,7 @@ async def test_one_head_keeps_every_actor_of_its_pool_busy() -> None:
     second actor never encoded beside the first); every caller still gets its own texts' vectors."""
     _TimedHash.spans = []
     workers = [EmbedderWorker(EmbedderConfig(partial(_TimedHash, 64), max_batch=64)) for _ in range(2)]
-    embedder = Embedder(PooledEngine(_Actors(workers), "hash-64", 64, 2))  # type: ignore[arg-type]
+    embedder = Embedder(PooledEngine(_Actors(workers), "hash-64", 64, 2), max_batch=4)  # type: ignore[arg-type]
     texts = [[f"invoice {caller}.{n}" for n in range(2)] for caller in range(12)]
     answers = await asyncio.gather(*(embedder.embed(t, owner=f"tenant-{i % 3}") for i, t in enumerate(texts)))
     engine = HashEngine(64)
@@ -119,3 +119,41 @@ async def test_a_lone_request_starts_at_once_and_a_failed_batch_fails_only_its_c
     assert time.monotonic() - started < 1.0
     assert np.array_equal(vector, HashEngine(32).encode(["second"])[0])
     embedder.close()
+
+
+async def test_requests_made_in_one_turn_share_a_batch_on_a_local_engine() -> None:
+    """Eight texts asked for in one ``gather`` are one model call, as when a drain task started on the next
+    turn (dispatching inside ``embed`` gave calls of [1, 7])."""
+    sizes: list[int] = []
+
+    class Counting(HashEngine):
+        def encode(self, texts: list[str]) -> np.ndarray:
+            sizes.append(len(texts))
+            return super().encode(texts)
+
+    embedder = Embedder(Counting(32))
+    answers = await asyncio.gather(*(embedder.embed([f"text {n}"]) for n in range(8)))
+    assert sizes == [8]
+    assert all(np.array_equal(a[0], HashEngine(32).encode([f"text {n}"])[0]) for n, a in enumerate(answers))
+    embedder.close()
+
+
+class _DeadActor:
+    async def encode(self, texts: list[str]) -> np.ndarray:
+        raise Unavailable("embedder:1 is not running")
+
+
+async def test_one_dead_actor_does_not_stop_the_warm_up() -> None:
+    """An actor that fails to load is logged and skipped (its batches go to the others); a pool where every
+    actor fails still refuses to warm up."""
+    live = EmbedderWorker(EmbedderConfig(partial(make_engine, "hash", 64), max_batch=64))
+    embedder = Embedder(PooledEngine(_Actors([live, _DeadActor()]), "hash-64", 64, 2))  # type: ignore[list-item,arg-type]
+    await embedder.warm_up()
+    assert live.texts >= 1
+    (vector,) = await embedder.embed(["after the warm-up"])
+    assert np.array_equal(vector, HashEngine(64).encode(["after the warm-up"])[0])
+    dead = Embedder(PooledEngine(_Actors([_DeadActor(), _DeadActor()]), "hash-64", 64, 2))  # type: ignore[list-item,arg-type]
+    with pytest.raises(EmbeddingFailed):
+        await dead.warm_up()
+    embedder.close()
+    dead.close()
