@@ -366,7 +366,10 @@ class Embedder:
         self._dispatch_due = False
         while self._inflight < self._slots:
             batch = self._next_batch()
-            if not batch:  # nothing live waits: one background chunk
+            if not batch:  # nothing live waits: one background chunk (none whose reembed stopped waiting)
+                while self._background and self._background[0].future.done():
+                    self._background.popleft()
+                    self.dropped += 1
                 if not self._background:
                     return
                 batch.append(self._background.popleft())
