@@ -25,11 +25,13 @@ term postings (an erase removes the row from every posting of its terms).
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,11 +47,32 @@ _WORD = re.compile(r"[^\W_]+")
 
 @cache
 def _analysis() -> tuple[Any, frozenset[str]]:
-    """The English Snowball stemmer and stop-word list, loaded on first use (importing scikit-learn takes ~1 s)."""
+    """The English Snowball stemmer and stop-word list, loaded on first use (about a millisecond)."""
     import Stemmer
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
-    return Stemmer.Stemmer("english"), frozenset(ENGLISH_STOP_WORDS)
+    return Stemmer.Stemmer("english"), english_stop_words()
+
+
+def english_stop_words() -> frozenset[str]:
+    """scikit-learn's English stop-word list, read from its data module alone.
+
+    Importing ``sklearn.feature_extraction.text`` runs scikit-learn's package (scipy, narwhals, ...):
+    0.8 s on an idle machine and over 10 s on a loaded one, paid by the first write a scene shard took
+    or the first query a head tokenised (a CI run saw a write take 13 s). The list itself is one
+    constant in ``sklearn/feature_extraction/_stop_words.py``; that file is executed on its own here
+    (0.3 ms), and the package import is the fallback if a release moves it.
+    """
+    package = importlib.util.find_spec("sklearn")  # finds the package without running it
+    for location in (package.submodule_search_locations or []) if package else []:
+        source = Path(location) / "feature_extraction" / "_stop_words.py"
+        spec = importlib.util.spec_from_file_location("_memesh_sklearn_stop_words", source)
+        if source.is_file() and spec is not None and spec.loader is not None:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return frozenset(module.ENGLISH_STOP_WORDS)
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # pragma: no cover - a release moved the list
+
+    return frozenset(ENGLISH_STOP_WORDS)  # pragma: no cover
 
 
 @lru_cache(maxsize=65_536)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
 from mesh.fusion import fuse
-from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, query_terms, terms
+from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, english_stop_words, query_terms, terms
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.tuning import RetrievalTuning, SceneTuning
 from tests.unit.helpers import cell, direction, uid
 
 DIMS = 16
+ROOT = Path(__file__).resolve().parents[2]
 TUNING = RetrievalTuning()
 
 
@@ -21,6 +25,22 @@ def test_terms_fold_case_drop_stop_words_and_stem() -> None:
     assert terms("The Running dogs, and THEIR owners' meetings!") == ["run", "dog", "owner", "meet"]
     assert terms("Zürich café 2024 x_y") == ["zürich", "café", "2024", "x", "y"]
     assert terms("the of and") == []
+
+
+def test_the_stop_words_are_scikit_learns_and_analysis_never_imports_its_package() -> None:
+    """Importing scikit-learn's package took 0.8 s idle and 13 s on a loaded CI machine, inside the first
+    write a scene shard took (a fuzzing run failed on it): analysis reads only the list's data module."""
+    probe = (
+        "import sys; from mesh.lexical import english_stop_words, terms; "
+        "assert terms('the cats were running') == ['cat', 'run']; "
+        "assert 'sklearn' not in sys.modules, sorted(m for m in sys.modules if m.startswith('sklearn')); "
+        "print(len(english_stop_words()))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
+
+    assert english_stop_words() == ENGLISH_STOP_WORDS and run.stdout.strip() == str(len(ENGLISH_STOP_WORDS))
 
 
 def test_bm25_matches_the_textbook_formula() -> None:
