@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from mesh.errors import ErrorCode, MemeshError, RateLimited
 
@@ -88,17 +89,35 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(validation_status(errors), ErrorCode.VALIDATION, describe(errors))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = ErrorCode.NOT_FOUND if exc.status_code == 404 else ErrorCode.VALIDATION
         if exc.status_code >= 500:
             code = ErrorCode.INTERNAL
         message = str(exc.detail) if exc.status_code != 404 else "not found"
-        return error_response(exc.status_code, code, message, dict(exc.headers) if exc.headers else None)  # 405 keeps Allow
+        headers = dict(exc.headers) if exc.headers else {}
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error_response(exc.status_code, code, message, headers or None)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error")
         return error_response(500, ErrorCode.INTERNAL, "internal error")
+
+
+HTTP_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path (RFC 9110: a 405's ``Allow``). Starlette's own
+    405 names only the first route whose path matched, so ``GET`` and ``POST /v1/cells`` gave ``Allow: POST``.
+    Each method is tried against the app's routes with Starlette's public ``matches``."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in HTTP_METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)
+    ]
 
 
 def grpc_status(exc: MemeshError) -> grpc.StatusCode:

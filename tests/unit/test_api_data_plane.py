@@ -434,3 +434,22 @@ async def test_a_query_of_thousands_of_distinct_words_is_answered(api: Api) -> N
         reply = await api.send("POST", path, key, {"text": text, "k": 1_000})
         assert reply.status_code == 200, reply.text
         assert len(reply.json()) == len(cells)
+
+
+async def test_a_405_allows_every_method_the_document_gives_its_path(api: Api) -> None:
+    """RFC 9110: a 405 names in ``Allow`` the methods the resource supports. A path served by several routes
+    (``GET`` and ``POST /v1/cells``) named only the first route's method, unlike ``/openapi.json``."""
+    key = await api.key()
+    document = (await api.http.get("/openapi.json")).json()
+    for path, template in (
+        ("/v1/cells", "/v1/cells"),
+        ("/v1/cells/01a2040c-0000-7000-8000-000000000000", "/v1/cells/{cell_id}"),
+        ("/v1/query", "/v1/query"),
+    ):
+        documented = {m.upper() for m in document["paths"][template]}
+        for method in ("OPTIONS", "PUT", "PATCH"):
+            if method in documented:
+                continue
+            response = await api.send(method, path, key, {})
+            assert_error(response, 405, "validation")
+            assert {m.strip() for m in response.headers["allow"].split(",")} == documented, (method, path)
