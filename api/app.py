@@ -17,6 +17,7 @@ from api.a2a.door import mount_a2a
 from api.console.mount import mount_admin
 from api.console.oidc import ConsoleConfig
 from api.console.operator_api import public_router as published_keys_router
+from api.data.documented_limits import documented_limits
 from api.data.gate import V1Gate
 from api.data.inbox import router as inbox_router
 from api.data.memory import router as memory_router
@@ -49,7 +50,8 @@ def create_app(
     v1.include_router(memory_router)
     v1.include_router(inbox_router)
     app.include_router(v1)
-    openapi_doc = build_openapi(v1)
+    limits = documented_limits(memesh.memory.limits, memesh.inbox.limits, memesh.embedder.dims)
+    openapi_doc = build_openapi(v1, refinements=limits)
 
     @app.get("/openapi.json", include_in_schema=False)
     async def openapi() -> JSONResponse:

@@ -6,10 +6,21 @@ so the schemas are converted, not relabelled: ``anyOf [X, null]`` becomes
 ``exclusiveMinimum``/``exclusiveMaximum`` become the boolean form, ``examples``
 becomes ``example``. FastAPI's own 422 schema is replaced by the spec's error
 envelope. The result is checked against the 3.0 meta-schema by the tests.
+
+The models cannot know the deployment's limits (the embedding's dimension,
+``limits.max_k``, ...), and pydantic must not enforce them: past a limit the
+answer is the spec's 400 (``validation``, ``dimension_mismatch``), not a shape
+error's 422. So the limits are written into the document afterwards
+(:class:`Refinements`): what it calls valid is what the service accepts, and a
+client or a fuzzer reading it finds no schema-valid request refused, except
+where no schema can say it (a cursor the service did not issue, an
+``expires_at`` already past, a ``project_id`` with an unprintable character).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter
@@ -18,7 +29,17 @@ from fastapi.openapi.utils import get_openapi
 API_VERSION = "1.0.0"
 
 
-def build_openapi(router: APIRouter, title: str = "memesh data plane") -> dict[str, Any]:
+@dataclass(frozen=True)
+class Refinements:
+    """JSON Schema keywords the document adds: ``schemas`` per component schema, each with ``properties``
+    (property -> keywords) and keywords of its own; ``parameters`` per (path, method, parameter name).
+    A keyword given as None is removed."""
+
+    schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    parameters: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
+
+
+def build_openapi(router: APIRouter, title: str = "memesh data plane", refinements: Refinements | None = None) -> dict[str, Any]:
     doc = get_openapi(
         title=title,
         version=API_VERSION,
@@ -41,7 +62,29 @@ def build_openapi(router: APIRouter, title: str = "memesh data plane") -> dict[s
                         media["schema"] = {"$ref": "#/components/schemas/ErrorOut"}
     _link(doc, "/v1/beacons", "post", "200", "RemoveBeacon", "delete", "/v1/beacons/{beacon_id}", "beacon_id", "node_id")
     converted: dict[str, Any] = _convert(doc)
+    if refinements is not None:
+        _refine(converted, refinements)
     return converted
+
+
+def _refine(doc: dict[str, Any], refinements: Refinements) -> None:
+    schemas = doc["components"]["schemas"]
+    for name, refinement in refinements.schemas.items():
+        schema = schemas[name]  # a renamed model fails the build, not the document silently
+        for prop, keywords in refinement.get("properties", {}).items():
+            _apply(schema["properties"][prop], keywords)
+        _apply(schema, {k: v for k, v in refinement.items() if k != "properties"})
+    for (path, method, name), keywords in refinements.parameters.items():
+        (parameter,) = [p for p in doc["paths"][path][method].get("parameters", []) if p["name"] == name]
+        _apply(parameter["schema"], keywords)
+
+
+def _apply(schema: dict[str, Any], keywords: Mapping[str, Any]) -> None:
+    for key, value in keywords.items():
+        if value is None:
+            schema.pop(key, None)
+        else:
+            schema[key] = value
 
 
 def _link(

@@ -85,6 +85,11 @@ class MemoryService:
         self._access = AccessTimes(self._touch)  # recall's access times, coalesced under load
         self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
 
+    @property
+    def limits(self) -> MemoryLimits:
+        """The bounds a request is held to (the /v1 document states them too)."""
+        return self._limits
+
     # --------------------------------------------------------------- writing
     async def write_cells(self, principal: Principal, specs: list[NewCell]) -> list[Cell]:
         """Store ``specs`` in order and return them hydrated. All or nothing on validation."""

@@ -4,9 +4,12 @@ The fuzzing phase sends schema-conforming and schema-breaking bodies, paths and
 headers to every operation of ``/openapi.json``; the stateful phase chains
 operations along the document's links (a written cell's scene, an opened
 session, a placed beacon). Every check schemathesis has runs, except
-``positive_data_acceptance`` (the schema cannot say "exactly one of text and
-embedding", so some schema-valid bodies are rightly refused): no 5xx, and every
-status, content type, header and body matches the document. Then the server is
+``positive_data_acceptance``: the document states the deployment's limits
+(``api/data/documented_limits.py``, checked bound by bound in
+``tests/unit/test_openapi_limits.py``), but no schema can say "a cursor this
+service issued" or "an ``expires_at`` in the future", so a few schema-valid
+requests are rightly refused. No 5xx, and every status, content type, header
+(``Allow`` included) and body matches the document. Then the server is
 restarted on whatever the fuzzer left behind, and must come back and serve.
 Bounded: 40 examples an operation, a fixed seed, one worker.
 """

@@ -1,0 +1,68 @@
+"""The deployment's limits, as the /v1 document states them (:class:`api.openapi.Refinements`).
+
+Every bound here is one the use cases enforce (``head.memory_service``,
+``head.inbox_service``, ``head.cell_service``) with a 400; the document says
+it so that a request it calls valid is one the service accepts. Checked by
+``tests/unit/test_openapi.py``, which sends each bound and one past it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.openapi import Refinements
+from head.inbox_service import InboxLimits
+from head.memory_service import MemoryLimits
+
+NOT_BLANK = r"\S"  # at least one character that is not white space (the use cases refuse a blank text)
+
+
+def _vector(dims: int) -> dict[str, Any]:
+    """A caller's vector: exactly ``dims`` numbers, not all zero (a zero vector has no direction)."""
+    return {"minItems": dims, "maxItems": dims, "not": {"type": "array", "items": {"enum": [0]}}}
+
+
+def documented_limits(memory: MemoryLimits, inbox: InboxLimits, dims: int) -> Refinements:
+    """The refinements of the /v1 document for these limits and this embedding dimension."""
+    text = {"maxLength": memory.max_text_chars, "pattern": NOT_BLANK}
+    query = {
+        "properties": {"text": text, "embedding": _vector(dims), "k": {"maximum": memory.max_k}},
+        # exactly one of them (null is "not given"): both is a 400, neither a 422
+        "oneOf": [
+            {"required": ["text"], "properties": {"text": {"type": "string"}}},
+            {"required": ["embedding"], "properties": {"embedding": {"type": "array"}}},
+        ],
+    }
+    project = {"maxLength": min(memory.max_project_chars, 128)}  # the models refuse past 128 whatever the limit
+    cell = {
+        "properties": {
+            "content": {"maxLength": memory.max_content_chars, "pattern": NOT_BLANK},
+            "embedding": _vector(dims),
+            "project_id": project,
+        }
+    }
+    beacon = {
+        "properties": {
+            "interest": {"maxLength": inbox.max_interest_chars, "pattern": NOT_BLANK},
+            "ttl_s": {"minimum": inbox.min_beacon_ttl_s, "exclusiveMinimum": None, "maximum": inbox.max_beacon_ttl_s},
+        },
+        "not": {
+            "required": ["expires_at", "ttl_s"],
+            "properties": {"expires_at": {"type": "string"}, "ttl_s": {"type": "number"}},
+        },
+    }
+    listing = {"maximum": memory.max_list}
+    return Refinements(
+        schemas={
+            "QueryIn": query,
+            "CellIn": cell,
+            "CellBatchIn": {"properties": {"cells": {"maxItems": memory.max_batch_cells}}},
+            "BeaconIn": beacon,
+            "SessionIn": {"properties": {"project_id": project}},
+        },
+        parameters={
+            ("/v1/cells", "get", "limit"): listing,
+            ("/v1/cells", "get", "project_id"): project,
+            ("/v1/scenes", "get", "limit"): listing,
+        },
+    )

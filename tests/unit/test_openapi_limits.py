@@ -1,0 +1,85 @@
+"""/openapi.json states the deployment's limits: a body the document calls valid is accepted, one it calls
+invalid is refused with the spec's envelope (400 past a bound, 422 for a shape), at each bound and one past it.
+
+schemathesis's ``positive_data_acceptance`` (a default check) found schema-valid bodies refused: a ``k``
+over ``limits.max_k``, a vector of the wrong length, both ``text`` and ``embedding``, a blank text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openapi_schema_validator import OAS30Validator
+from referencing import Registry, Resource
+from referencing.jsonschema import DRAFT4
+
+from head.inbox_service import InboxLimits
+from head.memory_service import MemoryLimits
+from tests.unit.conftest import Api
+
+LIMITS = MemoryLimits()
+INBOX = InboxLimits()
+DIMS = 384
+UNIT = [0.0] * (DIMS - 1) + [1.0]
+BATCHED = {"content": "b", "cell_type": "Fact"}
+
+
+def validator(document: dict[str, Any], schema: str) -> Any:
+    resource = Resource.from_contents(document, default_specification=DRAFT4)
+    registry: Registry[Any] = Registry().with_resource("memesh:openapi", resource)
+    return OAS30Validator({"$ref": f"memesh:openapi#/components/schemas/{schema}"}, registry=registry)
+
+
+CASES: list[tuple[str, str, dict[str, Any], bool, int]] = [
+    # (path, component schema, body, valid per the document, status)
+    ("/v1/query", "QueryIn", {"text": "disk", "k": LIMITS.max_k}, True, 200),
+    ("/v1/query", "QueryIn", {"text": "disk", "k": LIMITS.max_k + 1}, False, 400),
+    ("/v1/recall", "QueryIn", {"text": "d" * LIMITS.max_text_chars}, True, 200),
+    ("/v1/recall", "QueryIn", {"text": "d" * (LIMITS.max_text_chars + 1)}, False, 400),
+    ("/v1/query", "QueryIn", {"text": " \t\n"}, False, 400),
+    ("/v1/query", "QueryIn", {"text": "disk", "embedding": None}, True, 200),
+    ("/v1/query", "QueryIn", {"text": "disk", "embedding": UNIT}, False, 400),
+    ("/v1/query", "QueryIn", {}, False, 422),
+    ("/v1/recall", "QueryIn", {"embedding": UNIT}, True, 200),
+    ("/v1/recall", "QueryIn", {"embedding": [0.0] * DIMS}, False, 400),
+    ("/v1/recall", "QueryIn", {"embedding": UNIT[:-1]}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "c" * LIMITS.max_content_chars, "cell_type": "Fact"}, True, 201),
+    ("/v1/cells", "CellIn", {"content": "c" * (LIMITS.max_content_chars + 1), "cell_type": "Fact"}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "  ", "cell_type": "Fact"}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "v", "cell_type": "Fact", "embedding": [*UNIT, 0.0]}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "p" * 128}, True, 201),
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "p" * 129}, False, 400),
+    ("/v1/cells:batch", "CellBatchIn", {"cells": [BATCHED] * LIMITS.max_batch_cells}, True, 201),
+    ("/v1/cells:batch", "CellBatchIn", {"cells": [BATCHED] * (LIMITS.max_batch_cells + 1)}, False, 400),
+    ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": INBOX.min_beacon_ttl_s}, True, 200),
+    ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": INBOX.min_beacon_ttl_s / 2}, False, 400),
+    ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": INBOX.max_beacon_ttl_s * 2}, False, 400),
+    ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": 60.0, "expires_at": "2999-01-01T00:00:00Z"}, False, 400),
+    ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": 60.0, "expires_at": None}, True, 200),
+    ("/v1/beacons", "BeaconIn", {"interest": " "}, False, 400),
+]
+
+
+@pytest.mark.parametrize(("path", "schema", "body", "valid", "status"), CASES, ids=[f"{c[0]}-{n}" for n, c in enumerate(CASES)])
+async def test_the_document_calls_valid_exactly_what_the_service_accepts(
+    api: Api, path: str, schema: str, body: dict[str, Any], valid: bool, status: int
+) -> None:
+    document = (await api.http.get("/openapi.json")).json()
+    assert validator(document, schema).is_valid(body) is valid
+    response = await api.send("POST", path, await api.key(), body)
+    assert response.status_code == status, response.text
+    if not valid:
+        assert set(response.json()) == {"error"}
+
+
+async def test_list_limits_and_the_embedding_length_are_the_deployments(api: Api) -> None:
+    document = (await api.http.get("/openapi.json")).json()
+    for path in ("/v1/cells", "/v1/scenes"):
+        (limit,) = [p for p in document["paths"][path]["get"]["parameters"] if p["name"] == "limit"]
+        assert limit["schema"]["maximum"] == LIMITS.max_list
+        key = await api.key()
+        assert (await api.send("GET", f"{path}?limit={LIMITS.max_list}", key)).status_code == 200
+        assert (await api.send("GET", f"{path}?limit={LIMITS.max_list + 1}", key)).status_code == 400
+    embedding = document["components"]["schemas"]["QueryIn"]["properties"]["embedding"]
+    assert embedding["minItems"] == embedding["maxItems"] == api.memesh.embedder.dims == DIMS
