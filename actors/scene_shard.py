@@ -221,6 +221,8 @@ class SceneShard(SceneReembedding):
             "journal_pending": self._behind.outstanding if self._behind else 0,
             "walks": self._propagator.walks if self._propagator else 0,
             "walk_messages": self._propagator.messages if self._propagator else 0,
+            "scene_searches_kept": partition.scene_index.answers.hits,
+            "scene_searches_run": partition.scene_index.answers.misses,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
             **self._commit_timing.fields("commit"),

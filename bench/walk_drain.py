@@ -22,9 +22,20 @@ from bench.common import MemeshServer, Report, SentenceGen, banner, cpu_line
 SECTION = "walk drain"
 
 
-def backlog(base_url: str) -> float:
+def metric(base_url: str, prefix: str) -> float:
+    """The value of the first /metrics line that starts with ``prefix`` (0 when there is none)."""
     text = httpx.get(f"{base_url}/metrics", trust_env=False, timeout=10).text
-    return float(next(line for line in text.splitlines() if line.startswith("memesh_walk_backlog ")).split()[1])
+    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(prefix)), 0.0)
+
+
+def backlog(base_url: str) -> float:
+    return metric(base_url, "memesh_walk_backlog ")
+
+
+def searches(base_url: str) -> tuple[float, float]:
+    """The waves' scene searches so far: answered from kept answers, and run."""
+    kept = metric(base_url, 'memesh_walk_scene_searches_total{answer="kept"}')
+    return kept, metric(base_url, 'memesh_walk_scene_searches_total{answer="run"}')
 
 
 def main() -> None:
@@ -41,12 +52,14 @@ def main() -> None:
                 listener = server.issue_key(role="Reader", name=f"listener-{n}")
                 http.post("/v1/beacons", json={"interest": interest}, headers={"x-service-key": listener}).raise_for_status()
         asyncio.run(load_corpus(server, key, SentenceGen(5), args.cells))
-        before, snap = backlog(server.base_url), server.cpu()
+        before, snap, searched = backlog(server.base_url), server.cpu(), searches(server.base_url)
         time.sleep(args.seconds)
         walked = before - backlog(server.base_url)
+        kept, run = (now - then for now, then in zip(searches(server.base_url), searched, strict=True))
         line = cpu_line(server.cpu().since(snap), int(walked))
         report.add(SECTION, "walks finished", walked / args.seconds, "walks/s", note=f"backlog {before:.0f} at the start")
         print(f"    {line}", flush=True)
+        print(f"    scene searches: {kept:.0f} answered from kept answers, {run:.0f} run ({kept / max(kept + run, 1):.0%} kept)")
     report.print_table()
 
 

@@ -196,6 +196,8 @@ class Memesh:
             "delivery_journal_pending": sum(i.get("journal_pending", 0) for i in inboxes),
             "walks": sum(s.get("walks", 0) for s in shards),
             "walk_messages": sum(s.get("walk_messages", 0) for s in shards),
+            "scene_searches_kept": sum(s.get("scene_searches_kept", 0) for s in shards),
+            "scene_searches_run": sum(s.get("scene_searches_run", 0) for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),
             "inboxes": sum(i["inboxes"] for i in inboxes),
             "deliveries": sum(i.get("deliveries", 0) for i in inboxes),

@@ -76,7 +76,7 @@ class MemoryPartition:
         self.cells: dict[str, Cell] = {}
         self.scenes: dict[str, Scene] = {}
         self._tenants: dict[str, TenantCellIndex] = {}
-        self._scene_index = SceneCentroidIndex(dims)
+        self.scene_index = SceneCentroidIndex(dims)  # public for its counters (scene_index.answers); kept current here
         self._usage: dict[str, list[int]] = {}  # tenant -> [cells, bytes]
 
     def usage(self, tenant_id: str) -> tuple[int, int]:
@@ -109,7 +109,7 @@ class MemoryPartition:
                 founded.created_at = min(founded.created_at, cell.created_at)
             self._insert(cell)
         for scene in self.scenes.values():
-            self._scene_index.update(scene)
+            self.scene_index.update(scene)
 
     # ------------------------------------------------------------------ writes
     def write(self, cells: list[Cell], new_scene_ids: list[str]) -> WriteOutcome:
@@ -128,7 +128,7 @@ class MemoryPartition:
             scene = self._scene_for(cell, spare, outcome)
             cell.scene_id = scene.id
             self._insert(cell)
-            self._scene_index.update(scene)
+            self.scene_index.update(scene)
             outcome.cells.append(cell)
             outcome.created.append(cell)
         return outcome
@@ -163,15 +163,15 @@ class MemoryPartition:
                     scene.remove_vector(cell.embedding)
                     scene.live_count -= 1
                 scene.summary_dirty = True
-                self._scene_index.update(scene)
+                self.scene_index.update(scene)
         for scene in outcome.founded:
             self.scenes.pop(scene.id, None)
-            self._scene_index.hide(scene)
+            self.scene_index.hide(scene)
 
     def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome) -> Scene:
         if cell.scene_id is not None:
             return self._explicit_scene(cell)
-        nearest = self._scene_index.nearest_in_project(cell.tenant_id, cell.project_id, cell.embedding, 8)
+        nearest = self.scene_index.nearest_in_project(cell.tenant_id, cell.project_id, cell.embedding, 8)
         for near, similarity in nearest:  # the nearest with room
             if similarity < self.tuning.join_similarity:
                 break
@@ -321,7 +321,7 @@ class MemoryPartition:
             scene.remove_vector(cell.embedding)
             scene.live_count -= 1
             scene.summary_dirty = True
-            self._scene_index.update(scene)
+            self.scene_index.update(scene)
         return cell
 
     def erase(self, cell_ids: Iterable[str]) -> EraseOutcome:
@@ -353,7 +353,7 @@ class MemoryPartition:
                 outcome.recomputed.append(self.fresh(scene))
                 continue
             del self.scenes[scene.id]
-            self._scene_index.erase(scene)
+            self.scene_index.erase(scene)
             outcome.removed_scenes.append(scene)
         return outcome
 
@@ -432,7 +432,7 @@ class MemoryPartition:
         )
         scene.live_count = len(live)
         scene.summary_dirty = True
-        self._scene_index.update(scene)
+        self.scene_index.update(scene)
 
     # ----------------------------------------------------------------- helpers
     def _tenant(self, tenant_id: str) -> TenantCellIndex:
@@ -443,8 +443,8 @@ class MemoryPartition:
 
     def scene_neighbours(self, tenant_id: str, vector: Vector, k: int) -> list[tuple[Scene, float]]:
         """The tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
-        return [(self.scenes[sid], sim) for sid, sim in self._scene_index.nearest(tenant_id, vector, k)]
+        return [(self.scenes[sid], sim) for sid, sim in self.scene_index.nearest(tenant_id, vector, k)]
 
     def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
         """``scene_neighbours`` for every row of ``vectors`` (``ks[i]`` each), in one matrix product."""
-        return self._scene_index.nearest_many(tenant_id, vectors, ks)
+        return self.scene_index.nearest_many(tenant_id, vectors, ks)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from mesh.lexical import LexicalIndex
 from mesh.model import Cell, CellType, Layer, Scene, Vector
+from mesh.nearest_cache import NearestCache
 from mesh.query import NodeFilter
 from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
@@ -117,9 +118,11 @@ class SceneCentroidIndex:
         self.dims = dims
         self._by_project: dict[tuple[str, str], VectorIndex] = {}
         self._by_tenant: dict[str, VectorIndex] = {}
+        self.answers = NearestCache()  # the walks' searches; every change below drops the tenant's
 
     def update(self, scene: Scene) -> None:
         """Put the scene's current centroid in both indexes."""
+        self.answers.invalidate(scene.tenant_id)
         centroid, live = scene.centroid, scene.live_count > 0
         self._project_index(scene).upsert(scene.id, centroid, live=live)
         index = self._by_tenant.get(scene.tenant_id)
@@ -129,6 +132,7 @@ class SceneCentroidIndex:
 
     def hide(self, scene: Scene) -> None:
         """Take the scene out of every search (its rows stay, as after a rolled-back write)."""
+        self.answers.invalidate(scene.tenant_id)
         self._project_index(scene).set_live(scene.id, False)
         index = self._by_tenant.get(scene.tenant_id)
         if index is not None:
@@ -136,6 +140,7 @@ class SceneCentroidIndex:
 
     def erase(self, scene: Scene) -> None:
         """Zero the scene's centroid and take it out of every search."""
+        self.answers.invalidate(scene.tenant_id)
         self._project_index(scene).erase(scene.id)
         index = self._by_tenant.get(scene.tenant_id)
         if index is not None:
@@ -152,12 +157,31 @@ class SceneCentroidIndex:
         return [] if index is None else index.search(vector, k)
 
     def nearest_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
-        """The nearest ``ks[i]`` live scenes of ``tenant_id`` to each row of ``vectors`` (one matrix product):
-        their ids and similarities per row, and their centroids, every row's in order, in one new matrix."""
+        """The nearest ``ks[i]`` live scenes of ``tenant_id`` to each row of ``vectors`` (one matrix product for
+        the rows not answered since the tenant's scenes last changed, each distinct row once): their ids and
+        similarities per row, and their centroids, every row's in order, in one new matrix."""
         index = self._by_tenant.get(tenant_id)
         if index is None:
             return [[] for _ in range(len(vectors))], [[] for _ in range(len(vectors))], np.zeros((0, self.dims), np.float32)
-        return index.search_many_vectors(vectors, ks)
+        keys = [(vector.tobytes(), k) for vector, k in zip(vectors, ks, strict=True)]
+        found: dict[tuple[bytes, int], tuple[list[int], list[float]]] = {}
+        missing: dict[tuple[bytes, int], int] = {}  # a key not answered yet -> its first position
+        for position, key in enumerate(keys):
+            if key not in found and key not in missing:
+                answer = self.answers.get(tenant_id, key)
+                if answer is None:
+                    missing[key] = position
+                else:
+                    found[key] = answer
+        if missing:
+            positions = list(missing.values())
+            rows, sims = index.search_many_rows(vectors[positions], [ks[p] for p in positions])
+            for key, answer in zip(missing, zip(rows, sims, strict=True), strict=True):
+                found[key] = answer
+                self.answers.put(tenant_id, key, answer)
+        answers = [found[key] for key in keys]
+        ids, centroids = index.hits_of_rows([rows for rows, _ in answers])
+        return ids, [sims for _, sims in answers], centroids
 
     def _project_index(self, scene: Scene) -> VectorIndex:
         key = (scene.tenant_id, scene.project_id)

@@ -175,16 +175,21 @@ class VectorIndex:
         ids = self._ids
         return [[(ids[r], s) for r, s in zip(rs, ss, strict=True)] for rs, ss in zip(found_rows, found_sims, strict=True)]
 
-    def search_many_vectors(
-        self, queries: npt.NDArray[np.float32], ks: list[int]
-    ) -> tuple[list[list[str]], list[list[float]], npt.NDArray[np.float32]]:
-        """``search_many`` with its own ``k`` per query (``ks``), as ids and scores per query plus the found
-        rows' vectors, all queries' in order in one new matrix (a copy: never the index's own rows)."""
+    def search_many_rows(self, queries: npt.NDArray[np.float32], ks: list[int]) -> tuple[list[list[int]], list[list[float]]]:
+        """``search_many`` with its own ``k`` per query (``ks``), as rows and scores per query, best first.
+        A row stands for its node until the index next changes (``upsert``, ``set_live``, ``erase``)."""
         found_rows, found_sims = self._search_many(queries, max(ks, default=0), None)
-        kept = [rs[:k] for rs, k in zip(found_rows, ks, strict=True)]
+        return (
+            [rs[:k] for rs, k in zip(found_rows, ks, strict=True)],
+            [ss[:k] for ss, k in zip(found_sims, ks, strict=True)],
+        )
+
+    def hits_of_rows(self, rows: list[list[int]]) -> tuple[list[list[str]], npt.NDArray[np.float32]]:
+        """The ids of ``rows`` per query, and their vectors, every query's in order, in one new matrix
+        (a copy: never the index's own rows)."""
         ids = self._ids
-        vectors = self._matrix[np.fromiter((r for rs in kept for r in rs), dtype=np.intp)]
-        return [[ids[r] for r in rs] for rs in kept], [ss[:k] for ss, k in zip(found_sims, ks, strict=True)], vectors
+        vectors = self._matrix[np.fromiter((r for rs in rows for r in rs), dtype=np.intp)]
+        return [[ids[r] for r in rs] for rs in rows], vectors
 
     def _search_many(
         self, queries: npt.NDArray[np.float32], k: int, mask: BoolMask | None

@@ -85,6 +85,8 @@ async def test_embedding_deliveries_inbox_lag_commits_and_restarts(make_core: An
         assert value(found, "memesh_storage_commit_seconds_bucket", le="+Inf") == value(
             found, "memesh_storage_commit_seconds_count"
         )
+        assert value(found, "memesh_walk_scene_searches_total", answer="run") >= 3  # each walk's first wave at least
+        assert ("memesh_walk_scene_searches_total", (("answer", "kept"),)) in found
         for kind in ("scene_shard", "beacon_set", "inbox_shard", "registry"):
             assert ("memesh_actor_restarts_total", (("kind", kind),)) in found
             assert value(found, "memesh_actor_restarts_total", kind=kind) == 0
