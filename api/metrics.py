@@ -138,7 +138,7 @@ class ServiceCollector(Collector):
             yield CounterMetricFamily(name, help_text, value=float(h.get(key, 0)))
         searches = CounterMetricFamily(
             "memesh_walk_scene_searches",
-            "A wave's searches of scene centroids: answered from those kept since the tenant's scenes last changed, or run.",
+            "A wave's searches of scene centroids: answered from those kept while the scenes stayed unchanged, or run.",
             labels=["answer"],
         )
         searches.add_metric(["kept"], float(h.get("scene_searches_kept", 0)))
