@@ -92,6 +92,7 @@ class SceneReembedding:
         scenes = [replace(s, members=[], cached_centroid=None) for s in partition.scenes.values()]  # the live ones stay intact
         rebuilt = MemoryPartition(self.config.dims, self.config.tuning)
         rebuilt.load(scenes, cells)
+        rebuilt.scene_index.answers.count_on_from(self.partition.scene_index.answers)  # counters never go back
         self.partition = rebuilt
         self._staged = {}
         self._switching = False

@@ -95,8 +95,8 @@ def install_error_handlers(app: FastAPI) -> None:
             code = ErrorCode.INTERNAL
         message = str(exc.detail) if exc.status_code != 404 else "not found"
         headers = dict(exc.headers) if exc.headers else {}
-        if exc.status_code == 405:
-            headers["Allow"] = ", ".join(allowed_methods(request))
+        if exc.status_code == 405:  # Starlette's own Allow stays where no top-level route matched (a mounted app's)
+            headers["Allow"] = ", ".join(allowed_methods(request)) or headers.get("Allow", "")
         return error_response(exc.status_code, code, message, headers or None)
 
     @app.exception_handler(Exception)

@@ -30,7 +30,8 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
 - ``memesh_walks_total``, ``memesh_walk_messages_total`` (counters): walks decided and the actor calls
   their waves made, since the scene shards started (their ratio: messages per walk)
 - ``memesh_walk_scene_searches_total{answer}`` (counter): the waves' searches of scene centroids, answered
-  from those kept since the tenant's scenes last changed (``kept``) or run (``run``): ``mesh.nearest_cache``
+  without a search (``kept``: an answer kept since the tenant's scenes last changed, or a repeat within the
+  wave) or run (``run``): ``mesh.nearest_cache``
 - ``memesh_embedding_queue_texts`` (gauge) and
   ``memesh_embedding_requests_dropped_total`` (counter): texts waiting for
   the model, and requests dropped unencoded because their caller gave up
@@ -138,7 +139,7 @@ class ServiceCollector(Collector):
             yield CounterMetricFamily(name, help_text, value=float(h.get(key, 0)))
         searches = CounterMetricFamily(
             "memesh_walk_scene_searches",
-            "A wave's searches of scene centroids: answered from those kept while the scenes stayed unchanged, or run.",
+            "A wave's searches of scene centroids: answered without a search (kept, or a repeat in the wave), or run.",
             labels=["answer"],
         )
         searches.add_metric(["kept"], float(h.get("scene_searches_kept", 0)))

@@ -14,7 +14,8 @@ error's 422. So the limits are written into the document afterwards
 (:class:`Refinements`): what it calls valid is what the service accepts, and a
 client or a fuzzer reading it finds no schema-valid request refused, except
 where no schema can say it (a cursor the service did not issue, an
-``expires_at`` already past, a ``project_id`` with an unprintable character).
+``expires_at`` too soon or too far, a ``project_id`` with an unprintable
+character or not the session's, a body over ``server.max_body_bytes``).
 """
 
 from __future__ import annotations

@@ -60,19 +60,25 @@ def english_stop_words() -> frozenset[str]:
     0.8 s on an idle machine and over 10 s on a loaded one, paid by the first write a scene shard took
     or the first query a head tokenised (a CI run saw a write take 13 s). The list itself is one
     constant in ``sklearn/feature_extraction/_stop_words.py``; that file is executed on its own here
-    (0.3 ms), and the package import is the fallback if a release moves it.
+    (0.3 ms). The package import is the fallback whenever that does not give a non-empty set of words
+    (a release that moves the file, renames the constant or imports from its package).
     """
     package = importlib.util.find_spec("sklearn")  # finds the package without running it
     for location in (package.submodule_search_locations or []) if package else []:
         source = Path(location) / "feature_extraction" / "_stop_words.py"
         spec = importlib.util.spec_from_file_location("_memesh_sklearn_stop_words", source)
         if source.is_file() and spec is not None and spec.loader is not None:
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return frozenset(module.ENGLISH_STOP_WORDS)
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # pragma: no cover - a release moved the list
+            try:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                words = frozenset(module.ENGLISH_STOP_WORDS)
+            except Exception:  # noqa: BLE001 - any failure of the shortcut falls back to the package import
+                break
+            if words and all(isinstance(word, str) for word in words):
+                return words
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # a release moved or changed the list
 
-    return frozenset(ENGLISH_STOP_WORDS)  # pragma: no cover
+    return frozenset(ENGLISH_STOP_WORDS)
 
 
 @lru_cache(maxsize=65_536)

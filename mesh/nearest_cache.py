@@ -64,5 +64,10 @@ class NearestCache:
         if dropped is not None:
             self._size -= len(dropped)
 
+    def count_on_from(self, other: NearestCache) -> None:
+        """Take over ``other``'s counts (a rebuilt partition's cache replaces it: the totals go on)."""
+        self.hits += other.hits
+        self.misses += other.misses
+
     def __len__(self) -> int:
         return self._size

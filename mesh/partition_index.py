@@ -167,12 +167,14 @@ class SceneCentroidIndex:
         found: dict[tuple[bytes, int], tuple[list[int], list[float]]] = {}
         missing: dict[tuple[bytes, int], int] = {}  # a key not answered yet -> its first position
         for position, key in enumerate(keys):
-            if key not in found and key not in missing:
-                answer = self.answers.get(tenant_id, key)
-                if answer is None:
-                    missing[key] = position
-                else:
-                    found[key] = answer
+            if key in found or key in missing:
+                self.answers.hits += 1  # a repeat within the wave: answered without a search of its own
+                continue
+            answer = self.answers.get(tenant_id, key)
+            if answer is None:
+                missing[key] = position
+            else:
+                found[key] = answer
         if missing:
             positions = list(missing.values())
             rows, sims = index.search_many_rows(vectors[positions], [ks[p] for p in positions])
@@ -181,7 +183,7 @@ class SceneCentroidIndex:
                 self.answers.put(tenant_id, key, answer)
         answers = [found[key] for key in keys]
         ids, centroids = index.hits_of_rows([rows for rows, _ in answers])
-        return ids, [sims for _, sims in answers], centroids
+        return ids, [list(sims) for _, sims in answers], centroids  # copies: the kept lists stay as they were
 
     def _project_index(self, scene: Scene) -> VectorIndex:
         key = (scene.tenant_id, scene.project_id)

@@ -3,7 +3,7 @@
 Every bound here is one the use cases enforce (``head.memory_service``,
 ``head.inbox_service``, ``head.cell_service``) with a 400; the document says
 it so that a request it calls valid is one the service accepts. Checked by
-``tests/unit/test_openapi.py``, which sends each bound and one past it.
+``tests/unit/test_openapi_limits.py``, which sends each bound and one past it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,21 @@ from api.openapi import Refinements
 from head.inbox_service import InboxLimits
 from head.memory_service import MemoryLimits
 
-NOT_BLANK = r"\S"  # at least one character that is not white space (the use cases refuse a blank text)
+# At least one character that is not white space by ``str.isspace`` (the use cases refuse a text that
+# ``strip()`` empties). Spelt as literal characters, not ``\S``: ECMA-262's ``\s`` (the dialect OpenAPI
+# names) differs from Python's (U+001C to U+001F, U+0085, U+FEFF), and RE2's is ASCII only.
+NOT_BLANK = "[^\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
+FLOAT_MAX = 1.7976931348623157e308  # a JSON number past it parses to infinity, which a vector may not hold
 
 
 def _vector(dims: int) -> dict[str, Any]:
-    """A caller's vector: exactly ``dims`` numbers, not all zero (a zero vector has no direction)."""
-    return {"minItems": dims, "maxItems": dims, "not": {"type": "array", "items": {"enum": [0]}}}
+    """A caller's vector: exactly ``dims`` finite numbers, not all zero (a zero vector has no direction)."""
+    return {
+        "minItems": dims,
+        "maxItems": dims,
+        "items": {"type": "number", "minimum": -FLOAT_MAX, "maximum": FLOAT_MAX},
+        "not": {"type": "array", "items": {"enum": [0]}},
+    }
 
 
 def documented_limits(memory: MemoryLimits, inbox: InboxLimits, dims: int) -> Refinements:
@@ -56,7 +65,10 @@ def documented_limits(memory: MemoryLimits, inbox: InboxLimits, dims: int) -> Re
         schemas={
             "QueryIn": query,
             "CellIn": cell,
-            "CellBatchIn": {"properties": {"cells": {"maxItems": memory.max_batch_cells}}},
+            "CellBatchIn": {
+                "properties": {"cells": {"maxItems": memory.max_batch_cells}},
+                "description": "The whole body is at most server.max_body_bytes (4 MiB by default): 400 past it.",
+            },
             "BeaconIn": beacon,
             "SessionIn": {"properties": {"project_id": project}},
         },

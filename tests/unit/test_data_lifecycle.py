@@ -182,6 +182,8 @@ async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Me
     for n in range(40):
         await write(core, writer, f"fact number {n} about helm charts", project_id="p")
     await core.inbox.place_beacon(writer, "helm charts")
+    await settle(core)
+    searched = (await core.health())["scene_searches_run"]
     with pytest.raises(Forbidden):
         await core.reembed.start(T1_ADMIN)
     job = await core.reembed.start(ADMIN)
@@ -194,6 +196,7 @@ async def test_reembed_switches_every_vector_at_once(make_core: Callable[..., Me
     done = core.reembed.job(ADMIN, job.job_id)
     assert done.status == "succeeded" and done.nodes_processed == done.nodes_total >= 41
     assert core.embedder.name == "shifted-hash-384"
+    assert (await core.health())["scene_searches_run"] >= searched > 0  # a rebuilt partition's counters go on
     (best,) = await core.memory.query(writer, "fact number 3 about helm charts", None, 1, NodeFilter())
     assert best.content == "fact number 3 about helm charts" and best.engine == "shifted-hash-384"
     assert np.allclose(best.embedding, target.encode([best.content])[0], atol=1e-6)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from mesh.fusion import fuse
 from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, english_stop_words, query_terms, terms
@@ -135,3 +136,23 @@ def test_a_huge_word_is_cut_and_never_memoised_whole() -> None:
     huge = "q" * 50_000
     assert terms(f"{huge} dogs") == ["q" * MAX_WORD, "dog"]
     assert _stem.cache_info().currsize <= before + 1  # "dogs" at most; the huge word never enters the memo
+
+
+def test_a_stop_word_file_that_fails_to_load_on_its_own_falls_back_to_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A release whose ``_stop_words.py`` imports from its package (or renames the constant) must not break
+    tokenising: the loader falls back to the package import (here a stand-in module with the list)."""
+    import importlib.util
+    import types
+
+    changed = tmp_path / "sklearn"
+    (changed / "feature_extraction").mkdir(parents=True)
+    (changed / "__init__.py").write_text("")
+    (changed / "feature_extraction" / "_stop_words.py").write_text("from ._lists import WORDS as ENGLISH_STOP_WORDS\n")
+    spec = importlib.util.spec_from_file_location("sklearn", changed / "__init__.py", submodule_search_locations=[str(changed)])
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "sklearn" else None)
+    text = types.ModuleType("sklearn.feature_extraction.text")
+    text.ENGLISH_STOP_WORDS = frozenset({"the", "a"})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sklearn.feature_extraction.text", text)
+    assert english_stop_words() == frozenset({"the", "a"})

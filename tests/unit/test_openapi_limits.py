@@ -7,6 +7,7 @@ over ``limits.max_k``, a vector of the wrong length, both ``text`` and ``embeddi
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -58,6 +59,8 @@ CASES: list[tuple[str, str, dict[str, Any], bool, int]] = [
     ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": 60.0, "expires_at": "2999-01-01T00:00:00Z"}, False, 400),
     ("/v1/beacons", "BeaconIn", {"interest": "disks", "ttl_s": 60.0, "expires_at": None}, True, 200),
     ("/v1/beacons", "BeaconIn", {"interest": " "}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "\x1c\x85\u3000", "cell_type": "Fact"}, False, 400),  # blank to str.strip
+    ("/v1/beacons", "BeaconIn", {"interest": "\ufeff"}, True, 200),  # not white space to Python (it is to ECMA-262)
 ]
 
 
@@ -83,3 +86,27 @@ async def test_list_limits_and_the_embedding_length_are_the_deployments(api: Api
         assert (await api.send("GET", f"{path}?limit={LIMITS.max_list + 1}", key)).status_code == 400
     embedding = document["components"]["schemas"]["QueryIn"]["properties"]["embedding"]
     assert embedding["minItems"] == embedding["maxItems"] == api.memesh.embedder.dims == DIMS
+
+
+def test_not_blank_is_exactly_what_str_strip_leaves_something_of() -> None:
+    """The pattern's class, read as any dialect reads literal characters, against ``str.isspace`` for every
+    code point (the review found ``\\S`` differs in ECMA-262 and RE2)."""
+    import re
+    import sys
+
+    from api.data.documented_limits import NOT_BLANK
+
+    pattern = re.compile(NOT_BLANK)
+    assert "\\" not in NOT_BLANK  # no escape a dialect could read its own way
+    wrong = [c for c in range(sys.maxunicode + 1) if (pattern.fullmatch(chr(c)) is None) != chr(c).isspace()]
+    assert wrong == []
+
+
+async def test_a_vector_with_an_infinite_number_is_invalid_to_the_document_and_refused(api: Api) -> None:
+    document = (await api.http.get("/openapi.json")).json()
+    body = '{"content": "v", "cell_type": "Fact", "embedding": [1e400' + ", 0" * (DIMS - 1) + "]}"
+    assert not validator(document, "CellIn").is_valid(json.loads(body))  # json reads 1e400 as infinity
+    response = await api.http.post(
+        "/v1/cells", content=body, headers={"x-service-key": await api.key(), "content-type": "application/json"}
+    )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "validation"
