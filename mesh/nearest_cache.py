@@ -22,7 +22,13 @@ from collections import OrderedDict
 Key = tuple[bytes, int]  # the query vector's bytes, k
 Answer = tuple[list[int], list[float]]  # rows, similarities: best first
 
-MAX_ENTRIES = 8_192  # about 1.7 KB each (the key holds the query's 384 float32)
+MAX_ENTRIES = 8_192  # about 1.7 KB each at 384 dimensions (the key holds the query's float32)
+MAX_BYTES = 16 << 20  # what the keys may hold at most, whatever the engine's dimension (hash engines reach 4096)
+
+
+def entries_for(dims: int) -> int:
+    """How many answers a cache keeps for queries of ``dims`` float32: ``MAX_ENTRIES``, fewer for wide vectors."""
+    return max(64, min(MAX_ENTRIES, MAX_BYTES // (4 * dims + 256)))
 
 
 class NearestCache:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from mesh.lexical import LexicalIndex
 from mesh.model import Cell, CellType, Layer, Scene, Vector
-from mesh.nearest_cache import NearestCache
+from mesh.nearest_cache import NearestCache, entries_for
 from mesh.query import NodeFilter
 from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
@@ -118,7 +118,7 @@ class SceneCentroidIndex:
         self.dims = dims
         self._by_project: dict[tuple[str, str], VectorIndex] = {}
         self._by_tenant: dict[str, VectorIndex] = {}
-        self.answers = NearestCache()  # the walks' searches; every change below drops the tenant's
+        self.answers = NearestCache(entries_for(dims))  # the walks' searches; every change below drops the tenant's
 
     def update(self, scene: Scene) -> None:
         """Put the scene's current centroid in both indexes."""
