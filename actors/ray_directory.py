@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
+from actors.heap import keep_pauses_short
 from actors.kinds import ActorKind, ActorProxy, TypedDirectory, retire_partitioned
 from actors.partition_gate import PartitionGate
 from actors.storage import warm_up
@@ -37,6 +39,20 @@ _ACTOR_OPTIONS: dict[str, Any] = {
     "max_task_retries": 5,
     "max_concurrency": 1000,
 }
+
+
+@functools.cache
+def hosted(cls: type) -> type:
+    """``cls`` as Ray runs it: the same class (name, methods, arguments), whose process keeps its
+    garbage-collection pauses short (``actors.heap``) from the moment the actor is made, restarts included."""
+
+    init = cls.__init__  # type: ignore[misc]  # the class's own, called on an instance of exactly this class
+
+    def start(self: Any, *args: Any, **kwargs: Any) -> None:
+        keep_pauses_short()
+        init(self, *args, **kwargs)
+
+    return type(cls.__name__, (cls,), {"__init__": start, "__qualname__": cls.__qualname__, "__module__": cls.__module__})
 
 
 class RayActor(ActorProxy):
@@ -113,7 +129,7 @@ class RayDirectory(TypedDirectory):
             name = self._named(planned, epoch)
             if name in self._handles:
                 continue
-            options: Any = ray.remote(cls).options(
+            options: Any = ray.remote(hosted(cls)).options(
                 name=name, namespace=self.spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **extra
             )
             self._handles[name] = options.remote(*args)

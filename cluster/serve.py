@@ -30,6 +30,7 @@ import grpc
 import uvicorn
 from fastapi import FastAPI
 
+from actors.heap import keep_pauses_short
 from api.a2a.card import A2aConfig
 from api.app import create_app
 from api.console.grpc_service import add_admin_service
@@ -66,6 +67,7 @@ async def serve(settings: Settings) -> None:
         await memesh.health(timeout_s=60.0)
         heads = await memesh.join_heads()
         log.info("head %s joined; %d live heads", memesh.heads.head_id, heads)
+        keep_pauses_short()  # what the start made is never scanned again by a full collection (actors.heap)
         with workers(settings):
             await _listen(settings, memesh)
     finally:

@@ -178,3 +178,25 @@ async def test_killed_inbox_shards_lose_no_committed_delivery_and_never_rewind(c
     final = {i["delivery_seq"]: i["diff"]["id"] for i in json.loads(everything.items_json)}
     assert set(seen) <= set(final) and all(final[s] == d for s, d in seen.items())
     assert sorted(final) == list(range(1, len(final) + 1)) and len(final) == 24
+
+
+def _collector_state(actor: object) -> tuple[str, int, bool]:
+    import gc
+
+    from actors.heap import _after_collection
+
+    return type(actor).__name__, gc.get_freeze_count(), _after_collection in gc.callbacks
+
+
+async def test_every_actor_process_keeps_its_collection_pauses_short_and_again_after_a_restart(core: Memesh) -> None:
+    """Each actor's process freezes what it holds once started (actors.heap), its class keeps its own name
+    (what ``ray::SceneShard`` and the benchmarks' CPU roles show), and a restarted process does it again."""
+    directory = core.directory
+    assert isinstance(directory, RayDirectory)
+    refs = {r.name: r for r in every_actor(directory)}  # type: ignore[attr-defined]
+    states = ray.get([ref.handle.__ray_call__.remote(_collector_state) for ref in refs.values()], timeout=60)
+    assert all(frozen > 0 and installed for _, frozen, installed in states), states
+    assert {name for name, _, _ in states} >= {"SceneShard", "BeaconSet", "InboxShard", "Registry", "Observatory"}
+    await kill(core, "scene_shard:0")
+    name, frozen, installed = ray.get(refs["scene_shard:0"].handle.__ray_call__.remote(_collector_state), timeout=60)
+    assert (name, frozen > 0, installed) == ("SceneShard", True, True)
