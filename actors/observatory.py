@@ -5,6 +5,8 @@ Guarantees:
   are evicted first.
 - Events are never content: the walk hands over ids, energies and outcomes
   only, and they are stored and returned with exactly the fields it gave.
+  A walk hands them over packed (``record_walks``: one ``WalkTrace`` a walk),
+  and an event's fields are made from its trace only when it is read.
 - Every event gets a sequence number, one more than the previous event's. The
   sequence starts at the actor's start time in microseconds, so a restarted
   actor (empty buffer) continues above where the old one stopped unless the
@@ -31,13 +33,13 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from mesh.observation import Event, Numbered
+from mesh.observation import Event, Numbered, WalkTrace, trace_event
 
 MAX_WAIT_S = 30.0
 
@@ -51,13 +53,26 @@ class ObservatoryConfig:
 class _Entry(NamedTuple):
     seq: int
     stamp: float  # receive time (epoch seconds), what ``since`` is compared with
-    event: Event
+    source: Event | WalkTrace  # the event as given, or the trace it is made from
+    hop: int = 0  # in a trace: which of its events
+
+    @property
+    def event(self) -> Event:
+        return trace_event(self.source, self.hop) if isinstance(self.source, WalkTrace) else self.source
+
+    @property
+    def tenant_id(self) -> Any:
+        return self.source.tenant_id if isinstance(self.source, WalkTrace) else self.source.get("tenant_id")
+
+    @property
+    def diff_id(self) -> Any:
+        return self.source.diff_id if isinstance(self.source, WalkTrace) else self.source.get("diff_id")
 
 
-def _latest_ts(events: list[Event]) -> float:
-    """The latest ``ts`` of a batch as epoch seconds (0 when none parses)."""
+def _latest_ts(stamps: set[Any]) -> float:
+    """The latest of a batch's ``ts`` as epoch seconds (0 when none parses)."""
     latest = 0.0
-    for ts in {e.get("ts") for e in events}:
+    for ts in stamps:
         if isinstance(ts, str):
             with contextlib.suppress(ValueError):
                 latest = max(latest, datetime.fromisoformat(ts).timestamp())
@@ -90,16 +105,26 @@ class Observatory:
         return bisect.bisect_right(self._entries, after_seq, key=lambda entry: entry.seq)
 
     async def record(self, events: list[Event], dropped_before: int = 0) -> None:
+        """Keep ``events`` as given (each one's own copy), in order."""
+        self._keep([(dict(event), 0) for event in events], {e.get("ts") for e in events}, dropped_before)
+
+    async def record_walks(self, traces: list[WalkTrace], dropped_before: int = 0) -> None:
+        """Keep every event of ``traces``, walk by walk, each in the order its walk decided them: what ``record``
+        of their fields (``mesh.observation.trace_event``) would keep."""
+        sources = [(trace, i) for trace in traces for i in range(len(trace.hops))]
+        self._keep(sources, {trace.ts for trace in traces if trace.hops}, dropped_before)
+
+    def _keep(self, sources: Sequence[tuple[Event | WalkTrace, int]], stamps: set[Any], dropped_before: int) -> None:
         now = self._clock()
         self.dropped += dropped_before
-        if events:
-            stamp = self._last_stamp = max(now, self._last_stamp, _latest_ts(events))
-            for event in events:
+        if sources:
+            stamp = self._last_stamp = max(now, self._last_stamp, _latest_ts(stamps))
+            for source, hop in sources:
                 self._seq += 1
-                self._entries.append(_Entry(self._seq, stamp, dict(event)))
+                self._entries.append(_Entry(self._seq, stamp, source, hop))
             while len(self._entries) > self.config.max_events:
                 self._evicted_through = self._entries.popleft().seq
-            self.recorded += len(events)
+            self.recorded += len(sources)
             if self._changed is not None:
                 self._changed.set()
                 self._changed = None
@@ -139,7 +164,7 @@ class Observatory:
         for entry in islice(self._entries, self._from(after_seq), None):
             if entry.seq > upto:
                 break
-            if (since is None or entry.stamp >= since) and (tenant_id is None or entry.event.get("tenant_id") == tenant_id):
+            if (since is None or entry.stamp >= since) and (tenant_id is None or entry.tenant_id == tenant_id):
                 chosen.append((entry.seq, entry.event))
                 if len(chosen) >= limit:
                     return chosen, entry.seq
@@ -152,7 +177,7 @@ class Observatory:
         for entry in reversed(self._entries):
             if len(chosen) >= limit or (since is not None and entry.stamp < since):
                 break  # stamps never decrease along the buffer
-            if tenant_id is None or entry.event.get("tenant_id") == tenant_id:
+            if tenant_id is None or entry.tenant_id == tenant_id:
                 chosen.append(entry.event)
         chosen.reverse()
         return chosen
@@ -160,7 +185,7 @@ class Observatory:
     async def forget(self, diff_ids: list[str]) -> int:
         """Drop every retained event of these diffs (erasure); returns how many. Idempotent."""
         gone = set(diff_ids)
-        kept = deque(entry for entry in self._entries if entry.event.get("diff_id") not in gone)
+        kept = deque(entry for entry in self._entries if entry.diff_id not in gone)
         removed = len(self._entries) - len(kept)
         self._entries = kept
         return removed

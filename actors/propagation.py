@@ -24,12 +24,12 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from actors.chores import Background
 from mesh.errors import MemeshError
 from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members
 from mesh.model import Cell, Vector
+from mesh.observation import WalkTrace
 from mesh.presence import Owner, OwnerPresence
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
@@ -42,6 +42,7 @@ DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 
 YIELD_EVERY = 8  # walks advanced between two turns of the event loop
+TRACE_EVENTS_PER_MESSAGE = 2_000  # hop events a message to the Observatory carries at most
 LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[PackedAnswers]]
 Moves = dict[int, list[tuple[str, str, Vector]]]  # beacon set index -> (agent id, tenant id, vector) moves
 
@@ -273,38 +274,34 @@ class Propagator:
         return results
 
     def _record(self, directory: Directory, traced: list[tuple[Cell, WalkResult]], now: datetime) -> None:
-        """Hand the traces to the Observatory without waiting; past the in-flight bound, drop and count."""
+        """Hand the traces to the Observatory without waiting; past the in-flight bound, drop and count.
+
+        Each walk goes as one ``WalkTrace`` holding its events as decided (no per-event work here), in
+        messages of at most ``TRACE_EVENTS_PER_MESSAGE`` events, so pickling one never holds this actor's
+        event loop for long."""
         if self._inflight_records >= self.config.max_inflight_records:
             self._dropped += sum(len(result.events) for _, result in traced)
             return
         ts = rfc3339(now)
-        events: list[dict[str, Any]] = [
-            {
-                "diff_id": result.diff_id,
-                "from_node": e.from_node,
-                "to_node": e.to_node,
-                "hop_index": e.hop_index,
-                "energy_before": round(e.energy_before, 6),
-                "energy_after": round(e.energy_after, 6),
-                "walk_layer": cell.layer.depth,
-                "outcome": e.outcome.value,
-                "relevance": round(e.relevance, 6),
-                "standing": None if e.standing is None else round(e.standing, 4),
-                "criterion": None if e.criterion is None else e.criterion.value,
-                "salience": cell.salience,
-                "ts": ts,
-                "tenant_id": cell.tenant_id,
-                "origin_agent": cell.source_agent,
-            }
+        traces = [
+            WalkTrace(result.diff_id, cell.tenant_id, cell.source_agent, cell.layer.depth, cell.salience, ts, result.events)
             for cell, result in traced
-            for e in result.events
         ]
+        messages: list[list[WalkTrace]] = [[]]
+        size = 0
+        for trace in traces:
+            if size and size + len(trace.hops) > TRACE_EVENTS_PER_MESSAGE:
+                messages.append([])
+                size = 0
+            messages[-1].append(trace)
+            size += len(trace.hops)
         dropped, self._dropped = self._dropped, 0
         self._inflight_records += 1
 
         async def send() -> None:
             try:
-                await directory.observatory().record(events, dropped)
+                for n, message in enumerate(messages):
+                    await directory.observatory().record_walks(message, dropped if n == 0 else 0)
             finally:
                 self._inflight_records -= 1
 

@@ -27,7 +27,7 @@ from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.layout import Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
-from mesh.observation import Event, Numbered
+from mesh.observation import Event, Numbered, WalkTrace
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.walk import NeighbourRequest
 from mesh.walk_wire import PackedAnswers
@@ -266,6 +266,8 @@ class ObservatoryActor(Actor, Protocol):
     """The bounded ring buffer of hop events."""
 
     async def record(self, events: list[Event], dropped_before: int = 0) -> None: ...
+
+    async def record_walks(self, traces: list[WalkTrace], dropped_before: int = 0) -> None: ...
 
     async def events_after(self, after_seq: int, limit: int, timeout_s: float) -> tuple[list[Numbered], int, int]: ...
 

@@ -138,9 +138,9 @@ class FrontierNode:
     energy: float
 
 
-@dataclass(frozen=True, slots=True)
-class HopEvent:
-    """One examined edge; content-free (no text, no vector)."""
+class HopEvent(NamedTuple):
+    """One examined edge; content-free (no text, no vector). A named tuple: a walk makes hundreds, and
+    the observatory's trace carries them as they are (``mesh.observation.WalkTrace``)."""
 
     from_node: str | None
     to_node: str

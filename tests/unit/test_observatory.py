@@ -20,6 +20,8 @@ from head.facade import Memesh
 from head.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
 from mesh.deployment import DirectorySpec
 from mesh.errors import QuotaExceeded, ValidationFailed
+from mesh.observation import WalkTrace
+from mesh.walk import Criterion, HopEvent, Outcome
 from tests.unit.conftest import Api
 from tests.unit.helpers import EVENT_FIELDS
 from tests.unit.test_propagation import agent, settle, write
@@ -64,6 +66,44 @@ async def take_events(sub: Subscription, want: int, timeout_s: float = 5.0) -> l
 
 
 # -- the actor ----------------------------------------------------------------
+
+
+async def test_a_walks_trace_reads_back_as_the_events_it_holds_with_the_documented_fields() -> None:
+    """``record_walks`` keeps a walk's events packed; each reads back with the fields and rounding of
+    docs/observatory.md, filtered by tenant and forgotten by diff as events given whole are."""
+    observatory = Observatory(ObservatoryConfig())
+    _, base, _ = await observatory.events_after(0, 0, 0)
+    seed = HopEvent(None, "s0", 0, 0.8, 0.8, Outcome.DELIVERED)
+    edge = HopEvent("s0", "b1", 1, 0.8, 0.61234567, Outcome.DELIVERED, 0.712345678, 2.123456, Criterion.STANDOUT)
+    ts = "2026-01-01T00:00:00Z"
+    first = WalkTrace("d1", "t1", "a1", 0, 0.5, ts, [seed, edge])
+    other = WalkTrace("d2", "t2", "a2", 2, 1.0, ts, [HopEvent(None, "s9", 0, 1.0, 1.0, Outcome.DELIVERED)])
+    await observatory.record_walks([first, other], dropped_before=3)
+    events, top, _ = await observatory.events_after(base, 10, 0)
+    assert [seq for seq, _ in events] == [base + 1, base + 2, base + 3] and top == base + 3
+    assert events[1][1] == {
+        "diff_id": "d1",
+        "from_node": "s0",
+        "to_node": "b1",
+        "hop_index": 1,
+        "energy_before": 0.8,
+        "energy_after": 0.612346,
+        "walk_layer": 0,
+        "outcome": "delivered",
+        "relevance": 0.712346,
+        "standing": 2.1235,
+        "criterion": "standout",
+        "salience": 0.5,
+        "ts": ts,
+        "tenant_id": "t1",
+        "origin_agent": "a1",
+    }
+    assert events[0][1]["criterion"] is None and events[0][1]["standing"] is None
+    assert set(events[2][1]) == EVENT_FIELDS
+    assert [e["to_node"] for e in await observatory.snapshot(None, 10, "t2")] == ["s9"]
+    assert await observatory.forget(["d1"]) == 2
+    assert [e["diff_id"] for e in await observatory.snapshot(None, 10, None)] == ["d2"]
+    assert (await observatory.stats())["dropped"] == 3
 
 
 async def test_events_get_contiguous_sequence_numbers_and_keep_their_fields() -> None:
