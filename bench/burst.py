@@ -56,6 +56,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
     """Writers for ``seconds`` and one reader until their walks drain; the reader's latencies and the counts."""
     written = refused = 0
     latencies: list[float] = []
+    draining: list[float] = []  # the reader's latencies after the last write (the walks alone)
     writing = asyncio.Event()
     writing.set()
     questions = gen.many(2000)
@@ -76,8 +77,11 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
         i = 0
         while not done.is_set():
             t0 = time.perf_counter()
+            after_writes = not writing.is_set()
             response = await client.post("/v1/recall", json={"text": questions[i % len(questions)], "k": 10})
             latencies.append(time.perf_counter() - t0)
+            if after_writes:
+                draining.append(latencies[-1])
             response.raise_for_status()
             i += 1
 
@@ -97,8 +101,9 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
         drain_s = time.perf_counter() - started - wrote_s
         done.set()
         await read
-    stats = Stats.of(latencies)
-    return {"written": written, "wrote_s": wrote_s, "drain_s": drain_s, "refused": refused, **vars(stats)}
+    stats, drain = Stats.of(latencies), Stats.of(draining or [0.0])
+    phases = {"drain_p50_ms": drain.p50_ms, "drain_p99_ms": drain.p99_ms, "drain_n": len(draining)}
+    return {"written": written, "wrote_s": wrote_s, "drain_s": drain_s, "refused": refused, **phases, **vars(stats)}
 
 
 def main() -> None:
@@ -129,6 +134,9 @@ def main() -> None:
         name = f"recall during the burst, p50 (n={during['n']:.0f})"
         report.add(SECTION, name, during["p50_ms"], "ms", "idle p50", idle.p50_ms)
         report.add(SECTION, "recall during the burst, p99", during["p99_ms"], "ms", "idle p99", idle.p99_ms)
+        name = f"recall while only walks ran (after the last write), p50 (n={during['drain_n']:.0f})"
+        report.add(SECTION, name, during["drain_p50_ms"], "ms", "idle p50", idle.p50_ms)
+        report.add(SECTION, "recall while only walks ran, p99", during["drain_p99_ms"], "ms", "idle p99", idle.p99_ms)
         report.add(SECTION, "cells the burst wrote", during["written"], "cells")
         report.add(SECTION, "burst write rate", during["written"] / during["wrote_s"], "cells/s")
         report.add(SECTION, "batches refused (429) in the burst", during["refused"], "batches")
