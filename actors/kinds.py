@@ -23,6 +23,7 @@ from actors.observatory import Observatory
 from actors.partition_gate import PartitionGate
 from actors.registry import Registry
 from actors.scene_shard import SceneShard
+from actors.walker import Walker
 from mesh.layout import KINDS
 from mesh.seam import (
     AuditLogActor,
@@ -35,6 +36,7 @@ from mesh.seam import (
     ObservatoryActor,
     RegistryActor,
     SceneShardActor,
+    WalkerActor,
     beacon_sets,
     inbox_shards,
     scene_shards,
@@ -69,6 +71,7 @@ AUDIT_LOG: ActorKind[AuditLogActor] = ActorKind("audit_log", AuditLog, _methods(
 HEAD_ROSTER: ActorKind[HeadRosterActor] = ActorKind("head_roster", HeadRoster, _methods(HeadRosterActor), False)
 CONSOLE_STATE: ActorKind[ConsoleStateActor] = ActorKind("console_state", ConsoleState, _methods(ConsoleStateActor), False)
 EMBEDDER: ActorKind[EmbedderActor] = ActorKind("embedder", EmbedderWorker, _methods(EmbedderActor), True)
+WALKER: ActorKind[WalkerActor] = ActorKind("walker", Walker, _methods(WalkerActor), True)
 
 
 def _conforming(
@@ -81,6 +84,7 @@ def _conforming(
     head_roster: HeadRoster,
     console_state: ConsoleState,
     embedder: EmbedderWorker,
+    walker: Walker,
 ) -> tuple[
     SceneShardActor,
     BeaconSetActor,
@@ -91,8 +95,9 @@ def _conforming(
     HeadRosterActor,
     ConsoleStateActor,
     EmbedderActor,
+    WalkerActor,
 ]:
-    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster, console_state, embedder
+    return scene_shard, beacon_set, inbox_shard, registry, observatory, audit_log, head_roster, console_state, embedder, walker
 
 
 class ActorProxy:
@@ -159,6 +164,9 @@ class TypedDirectory:
 
     def embedder(self, index: int) -> EmbedderActor:
         return cast(EmbedderActor, self.proxy(EMBEDDER, index))
+
+    def walker(self, index: int) -> WalkerActor:
+        return cast(WalkerActor, self.proxy(WALKER, index))
 
 
 async def retire_partitioned(directory: Directory) -> None:

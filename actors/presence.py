@@ -1,8 +1,9 @@
 """What an owner (scene shard, beacon set) tells the walks of the tenants it holds (``mesh.presence``).
 
-Guarantee: :meth:`PresenceTeller.tell` returns once every running scene shard
-has noted the tenants, so a caller that tells before acknowledging a write or a
-placement leaves no walk begun after the acknowledgement without this owner.
+Guarantee: :meth:`PresenceTeller.tell` returns once every running walker
+(``actors.walker``) has noted the tenants, so a caller that tells before
+acknowledging a write or a placement leaves no walk begun after the
+acknowledgement without this owner.
 Each tenant is told once per owner lifetime (and again at its next load).
 """
 
@@ -20,24 +21,24 @@ log = logging.getLogger(__name__)
 
 
 async def tell_walkers(
-    directory: Directory, shards: list[int], owner: Owner, tenants: list[str], attempts: int = 3, timeout_s: float = 10.0
+    directory: Directory, owner: Owner, tenants: list[str], attempts: int = 3, timeout_s: float = 10.0
 ) -> None:
-    """Tell the walks of scene ``shards`` that ``owner`` holds ``tenants`` (``mesh.presence``), waiting for each.
+    """Tell every walker that ``owner`` holds ``tenants`` (``mesh.presence``), waiting for each.
 
-    A shard that does not answer after ``attempts`` is not running (not created yet, or restarting): it
-    asks every owner for its tenants when it starts, so it still learns of these."""
+    A walker that does not answer after ``attempts`` is not running (not created yet, or restarting): it
+    asks every owner for its tenants when it next walks, so it still learns of these."""
 
-    async def tell(shard: int) -> None:
+    async def tell(walker: int) -> None:
         for attempt in range(attempts):
             try:
-                await asyncio.wait_for(directory.scene_shard(shard).note_presence(owner[0], owner[1], tenants), timeout_s)
+                await asyncio.wait_for(directory.walker(walker).note_presence(owner[0], owner[1], tenants), timeout_s)
                 return
             except (MemeshError, TimeoutError) as exc:  # not serving: its start pulls instead
-                log.info("scene shard %d not told of %s:%d (%s)", shard, owner[0], owner[1], exc)
+                log.info("walker %d not told of %s:%d (%s)", walker, owner[0], owner[1], exc)
                 await asyncio.sleep(0.1 * 2**attempt)
-        log.warning("scene shard %d was not told that %s:%d holds %d tenants", shard, owner[0], owner[1], len(tenants))
+        log.warning("walker %d was not told that %s:%d holds %d tenants", walker, owner[0], owner[1], len(tenants))
 
-    await asyncio.gather(*(tell(shard) for shard in shards))
+    await asyncio.gather(*(tell(walker) for walker in range(directory.spec.walkers)))
 
 
 class PresenceTeller:
@@ -49,12 +50,11 @@ class PresenceTeller:
         self._told: set[str] = set()
 
     async def tell(self, tenants: Iterable[str]) -> None:
-        """Tell every other scene shard's walks the tenants among ``tenants`` not told yet."""
+        """Tell every walker the tenants among ``tenants`` not told yet."""
         fresh = sorted(set(tenants) - self._told)
         if not fresh:
             return
         directory = self._directory()
         if directory is not None:
-            shards = [i for i in range(directory.spec.scene_shards) if ("scene_shard", i) != self._owner]
-            await tell_walkers(directory, shards, self._owner, fresh)
+            await tell_walkers(directory, self._owner, fresh)
         self._told.update(fresh)

@@ -43,7 +43,6 @@ DIFF_NAMESPACE = uuid.UUID("5b0a7c1e-3f52-4d8e-9a61-6d0c2f4e8b17")
 
 YIELD_EVERY = 8  # walks advanced between two turns of the event loop
 TRACE_EVENTS_PER_MESSAGE = 2_000  # hop events a message to the Observatory carries at most
-LocalNeighbours = Callable[[list[NeighbourRequest]], Awaitable[PackedAnswers]]
 Moves = dict[int, list[tuple[str, str, Vector]]]  # beacon set index -> (agent id, tenant id, vector) moves
 
 
@@ -89,20 +88,15 @@ async def _unpacked(answer: Awaitable[PackedAnswers]) -> list[dict[str, list[Can
 
 
 class Propagator:
-    def __init__(
-        self, config: PropagationConfig, directory: Callable[[], Directory], local: tuple[int, LocalNeighbours] | None = None
-    ) -> None:
-        """``local``: the scene shard this propagator runs in (its index and its ``neighbours_many``), asked
-        directly instead of through the directory: the same answer without an actor call to itself."""
+    def __init__(self, config: PropagationConfig, directory: Callable[[], Directory]) -> None:
         self.config = config
         self._directory = directory
-        self._local = local
         self._inflight_records = 0
         self._dropped = 0
         self._background = Background("observatory record")
         self.presence = OwnerPresence()
         self.walks = 0  # walks decided
-        self.messages = 0  # actor calls their waves made (the local shard's answers are not messages)
+        self.messages = 0  # actor calls their waves made
 
     async def walk(self, cell: Cell, origin_vector: Vector, now: datetime) -> WalkResult:
         """Decide one walk (no deliveries made)."""
@@ -150,7 +144,7 @@ class Propagator:
                 for owner, positions in asked
             ]
             pending = {}  # carried by this wave
-            self.messages += sum(1 for (kind, i), _ in asked if not self._is_local(kind, i))
+            self.messages += len(asked)
             parts = await asyncio.gather(*calls)
             gathered: list[list[dict[str, list[Candidate]]]] = [[] for _ in active]
             for (_, positions), answers in zip(asked, parts, strict=True):
@@ -167,18 +161,15 @@ class Propagator:
             WalkResult(diff_id_of(cell.id), state.events, state.reaches) for (cell, _), state in zip(jobs, states, strict=True)
         ]
 
-    def _is_local(self, kind: str, index: int) -> bool:
-        return kind == "scene_shard" and self._local is not None and self._local[0] == index
-
     @staticmethod
     def _moves_of(owner: Owner, pending: Moves) -> list[tuple[str, str, Vector]] | None:
         return pending.get(owner[1]) if owner[0] == "beacon_set" else None
 
     def _addressed(self, owner: Owner, requests: list[NeighbourRequest], pending: Moves) -> list[int]:
-        """Positions of the requests ``owner`` is asked: those whose tenant it may hold (all of them for the
-        local shard, whose answer costs no message, or when walks are not owner-addressed), and those of
-        the tenants whose agent nodes it moves in this wave (it may hold the first node of one)."""
-        if not self.config.owner_addressed or self._is_local(*owner):
+        """Positions of the requests ``owner`` is asked: those whose tenant it may hold (all of them when walks
+        are not owner-addressed), and those of the tenants whose agent nodes it moves in this wave (it may
+        hold the first node of one)."""
+        if not self.config.owner_addressed:
             return list(range(len(requests)))
         moved = {tenant for _, tenant, _ in self._moves_of(owner, pending) or ()}
         return [p for p, r in enumerate(requests) if r.tenant_id in moved or self.presence.may_hold(owner, r.tenant_id)]
@@ -192,8 +183,6 @@ class Propagator:
         moves: list[tuple[str, str, Vector]] | None = None,
     ) -> Awaitable[list[dict[str, list[Candidate]]]]:
         kind, index = owner
-        if self._local is not None and self._is_local(kind, index):
-            return _unpacked(self._local[1](requests))
         wave = WaveRequests(requests)  # pickled packed: one matrix for the frontier and diff vectors
         if kind == "beacon_set":
             return _unpacked(directory.beacon_set(index).neighbours_many(wave, now, moves))
@@ -204,7 +193,7 @@ class Propagator:
         answers, it is messaged for every walk). An owner that does not answer after ``attempts`` stays
         unknown, which costs messages, never deliveries."""
         directory = self._directory()
-        owners = [owner for owner in owners_of(directory) if not self._is_local(*owner)]
+        owners = owners_of(directory)
 
         async def pull(owner: Owner) -> None:
             kind, index = owner

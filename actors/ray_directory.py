@@ -6,8 +6,10 @@ actor classes stay plain, and the rest of memesh sees only ``Directory``.
 Actors are named ``<kind>:<n>`` in the deployment's namespace, restart without
 limit (``max_restarts=-1``; on restart they reload from storage) and retry a
 call interrupted by a restart (``max_task_retries``), which is safe because
-every actor method is idempotent. They ask for no CPU: they are I/O-bound and
-a 2-core machine must hold all of them.
+every actor method is idempotent (walkers excepted: their caller retries, see
+``_KIND_OPTIONS``). They ask for no CPU: they are I/O-bound and a 2-core
+machine must hold all of them. Their processes run at Ray's own priority
+(``RUNTIME_ENV``), the walkers' lower (``actors.walker``).
 """
 
 from __future__ import annotations
@@ -38,7 +40,11 @@ _ACTOR_OPTIONS: dict[str, Any] = {
     "max_restarts": -1,
     "max_task_retries": 5,
     "max_concurrency": 1000,
+    "enable_task_events": False,
 }
+# A walker's call is retried by the scene shard's walk queue, which knows whether the batch's agent-node moves
+# may already have landed (a retry never carries them again); Ray retrying it on its own would move them twice.
+_KIND_OPTIONS: dict[str, dict[str, Any]] = {"walker": {"max_task_retries": 0}}
 
 
 @functools.cache
@@ -129,8 +135,9 @@ class RayDirectory(TypedDirectory):
             name = self._named(planned, epoch)
             if name in self._handles:
                 continue
+            kind_options = {**_ACTOR_OPTIONS, **_KIND_OPTIONS.get(planned.split(":")[0], {})}
             options: Any = ray.remote(hosted(cls)).options(
-                name=name, namespace=self.spec.namespace, get_if_exists=True, **_ACTOR_OPTIONS, **extra
+                name=name, namespace=self.spec.namespace, get_if_exists=True, **kind_options, **extra
             )
             self._handles[name] = options.remote(*args)
 
@@ -225,6 +232,13 @@ class RayLookup:
         return RayDirectory(self.spec)
 
 
+RUNTIME_ENV: dict[str, Any] = {"env_vars": {"RAY_worker_niceness": "0"}}
+"""What every worker of a memesh job runs with. Ray starts a worker's Python threads at niceness 15 unless
+told otherwise, so that a user's CPU-bound tasks never starve its own daemons; memesh's actors are the
+service itself, and run at the priority the deployment gave Ray (0 on a node started with defaults). Only
+the walkers lower theirs (``propagation.walker_nice``, ``actors.walker``): requests first, walks after."""
+
+
 def connect(address: str | None, namespace: str) -> None:
     """Join the Ray cluster at ``address``, or start a local one (no dashboard)."""
     if ray.is_initialized():
@@ -235,6 +249,7 @@ def connect(address: str | None, namespace: str) -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,
+        runtime_env=RUNTIME_ENV,
     )
 
 

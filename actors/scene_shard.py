@@ -36,7 +36,6 @@ from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, s
 from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
 from actors.presence import PresenceTeller
-from actors.propagation import PropagationConfig, Propagator
 from actors.scene_erase import plan_erase
 from actors.scene_reembed import SceneReembedding
 from actors.scene_rows import commit_rows
@@ -51,7 +50,7 @@ from mesh.histogram import LATENCY_S, Histogram
 from mesh.ids import IdSource
 from mesh.layout import table_prefix
 from mesh.model import Cell, Scene, Vector, WriterSums, writer_sums
-from mesh.neighbours import neighbour_scenes
+from mesh.neighbours import neighbour_scene_parts
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
@@ -61,6 +60,8 @@ from mesh.walk_wire import PackedAnswers
 
 log = logging.getLogger(__name__)
 
+NEIGHBOUR_PART = 8  # walks whose wave a shard answers between two turns of its event loop
+
 
 @dataclass(frozen=True, slots=True)
 class ShardConfig:
@@ -68,7 +69,7 @@ class ShardConfig:
     index: int
     dims: int
     tuning: SceneTuning
-    propagation: PropagationConfig | None = None  # None: this shard starts no walks
+    walks: bool = False  # its writes start walks (each batch run by walker index % walkers: ``actors.walker``)
     walk_batch: int = 64  # walks decided together, in lockstep
     max_walk_backlog: int = 100_000  # walks waiting past which new writes are refused (429), until they drain
     generation: int = 0  # of the partition layout (mesh.layout): which tables this shard owns
@@ -78,7 +79,7 @@ Record = Cell | Scene
 
 
 class SceneShard(SceneReembedding):
-    """Also the home of the walks its writes start (``actors.walk_queue``, ``actors.propagation``)."""
+    """Also the queue of the walks its writes start (``actors.walk_queue``); a walker runs them (``actors.walker``)."""
 
     def __init__(self, config: ShardConfig, lookup: Callable[[], Directory] | None = None) -> None:
         self.config = config
@@ -86,12 +87,9 @@ class SceneShard(SceneReembedding):
         self._directory: Directory | None = None
         self._background = Background("scene shard commit")
         self._touches = Background("access times")  # soft: what ``settle`` does not wait for
-        self._propagator = (
-            Propagator(config.propagation, self._dir, (config.index, self.neighbours_many)) if config.propagation else None
-        )
         self._presence = PresenceTeller(("scene_shard", config.index), self._own_dir)
         self._walks = WalkQueue(
-            self._propagator,
+            self._walk_on_walker if config.walks else None,
             config.walk_batch,
             lambda: self.partition,
             self._background,
@@ -198,19 +196,17 @@ class SceneShard(SceneReembedding):
         log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
         # Every tenant held, again: a crash between a first commit and its telling is repaired here.
         await self._presence.tell(self.partition.tenants())
-        if self._propagator is not None and self._propagator.config.owner_addressed:
-            self._background.spawn(self._propagator.pull_presence())
 
     async def tenants(self) -> list[str]:
         """The tenants this shard holds a node of (what a walker that starts asks)."""
         partition = await self._ready()
         return sorted(partition.tenants())
 
-    async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None:
-        """Owner ``kind:index`` holds ``tenants``: this shard's walks message it for them (``mesh.presence``).
-        Answered without waiting for the load, so owners that load together never wait on each other."""
-        if self._propagator is not None:
-            self._propagator.presence.note((kind, index), tenants)
+    async def _walk_on_walker(self, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool) -> int:
+        """Run a batch of this shard's walks on its walker, against the layout this shard belongs to."""
+        directory = self._dir()
+        spec = directory.spec
+        return await directory.walker(self.config.index % spec.walkers).walk(spec, jobs, now, observe)
 
     async def health(self) -> dict[str, int]:
         partition = await self._ready()
@@ -219,8 +215,6 @@ class SceneShard(SceneReembedding):
             "scenes": len(partition.scenes),
             "walk_backlog": self._walks.backlog,
             "journal_pending": self._behind.outstanding if self._behind else 0,
-            "walks": self._propagator.walks if self._propagator else 0,
-            "walk_messages": self._propagator.messages if self._propagator else 0,
             "scene_searches_kept": partition.scene_index.answers.hits,
             "scene_searches_run": partition.scene_index.answers.misses,
             "skipped_rows": self._skipped,
@@ -286,9 +280,13 @@ class SceneShard(SceneReembedding):
         return await self._walks.settle(timeout_s)
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> PackedAnswers:
-        """``neighbours`` for many walks at once, packed for the wire: one matrix product per tenant."""
-        partition = await self._ready()
-        return neighbour_scenes(partition, requests)
+        """Packed for the wire, ``NEIGHBOUR_PART`` walks a part, a turn of the event loop between parts (a
+        search waits for a part, not for the wave); each walk's answer is read from one state of the partition."""
+        parts: list[PackedAnswers] = []
+        for answer in neighbour_scene_parts(await self._ready(), requests, NEIGHBOUR_PART):
+            await asyncio.sleep(0)
+            parts.append(answer)
+        return PackedAnswers.joined(parts)
 
     async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
         """Each request's answer, in order, as if asked alone (a refusal is returned in its place)."""

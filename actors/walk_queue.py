@@ -1,4 +1,5 @@
-"""The walks a scene shard's writes start: queued, run in lockstep batches, recorded once done.
+"""The walks a scene shard's writes start: queued, run in lockstep batches (by a walker, ``actors.walker``),
+recorded once done.
 
 Guarantees:
 - Every committed live cell's walk runs once, in the background, after its
@@ -18,35 +19,38 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
 from actors.chores import Background
 from actors.group_commit import GroupCommitter
-from actors.propagation import Propagator
 from actors.schemas import PROPAGATED_SCHEMA
 from actors.storage import RowTable
-from mesh.model import Cell
+from mesh.model import Cell, Vector
 from mesh.partition import MemoryPartition
 
 log = logging.getLogger(__name__)
 
+WalkBatch = Callable[[list[tuple[Cell, Vector]], datetime, bool], Awaitable[object]]
+"""Run these walks (cell, vector of the first wave), delivering what they reach; ``observe``: also move the
+writers' agent nodes (a batch's first attempt)."""
+
 
 class WalkQueue:
-    """One shard's walk queue and its single background walker (``propagator`` None: no walks start)."""
+    """One shard's walk queue and its single background loop, one batch at a time (``walk`` None: no walks start)."""
 
     def __init__(
         self,
-        propagator: Propagator | None,
+        walk: WalkBatch | None,
         batch: int,
         partition: Callable[[], MemoryPartition],
         background: Background,
         optimize_every: int,
         soft_window_s: float = 1.0,
     ) -> None:
-        self._propagator = propagator
+        self._walk = walk
         self._batch = batch
         self._partition = partition
         self._background = background
@@ -81,13 +85,13 @@ class WalkQueue:
         """Read which walks finished; queue the replay of the live ``cells`` whose walk did not."""
         self._table = table
         self._walked = set((await table.load()).column("cell_id").to_pylist())
-        if self._propagator is not None:
+        if self._walk is not None:
             pending = [c for c in sorted(cells, key=lambda c: c.id) if c.id not in self._walked and c.live]
             self._replayed.update(c.id for c in pending)  # their agent nodes were already moved before the crash
             self.enqueue(pending)
 
     def enqueue(self, cells: list[Cell]) -> None:
-        if self._propagator is None:  # walks are off: these cells count as walked, so turning walks on replays none
+        if self._walk is None:  # walks are off: these cells count as walked, so turning walks on replays none
             self.mark_walked([c.id for c in cells])
             return
         cells = [c for c in cells if c.id not in self._doomed]
@@ -146,8 +150,6 @@ class WalkQueue:
         await self._commit.flush()
 
     async def close(self) -> None:
-        if self._propagator is not None:
-            await self._propagator.close()
         async with self._commit.urgent():
             await self._marks.drain()
         await self._commit.flush()
@@ -166,7 +168,7 @@ class WalkQueue:
                     self._turn.notify_all()
 
     async def _walk_batch(self, batch: list[Cell]) -> None:
-        assert self._propagator is not None
+        assert self._walk is not None
         jobs = [(cell, cell.embedding) for cell in batch]  # the first wave searches around the written cell
         replay = [job for job in jobs if job[0].id in self._replayed]
         fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
@@ -174,9 +176,9 @@ class WalkQueue:
             try:
                 now = datetime.now(UTC)
                 if fresh_jobs:
-                    await self._propagator.propagate_many(fresh_jobs, now, observe=attempt == 0)
+                    await self._walk(fresh_jobs, now, attempt == 0)
                 if replay:
-                    await self._propagator.propagate_many(replay, now, observe=False)
+                    await self._walk(replay, now, False)
                 break
             except Exception:  # an owner restarting: retry, then leave it to the replay at restart
                 log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)

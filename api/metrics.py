@@ -28,7 +28,7 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
 - ``memesh_delivery_journal_pending`` (gauge): batches of deliveries journaled (visible to their agents), not yet
   committed to their table
 - ``memesh_walks_total``, ``memesh_walk_messages_total`` (counters): walks decided and the actor calls
-  their waves made, since the scene shards started (their ratio: messages per walk)
+  their waves made, since the walkers started (their ratio: messages per walk)
 - ``memesh_walk_scene_searches_total{answer}`` (counter): the waves' searches of scene centroids, answered
   without a search (``kept``: an answer kept since the tenant's scenes last changed, or a repeat within the
   wave) or run (``run``): ``mesh.nearest_cache``
@@ -133,7 +133,7 @@ class ServiceCollector(Collector):
         ):
             yield GaugeMetricFamily(name, help_text, value=float(h.get(key, 0)))
         for name, key, help_text in (
-            ("memesh_walks", "walks", "Walks decided since the scene shards started."),
+            ("memesh_walks", "walks", "Walks decided since the walkers started."),
             ("memesh_walk_messages", "walk_messages", "Actor calls their waves made (owner-addressed: owners only)."),
         ):
             yield CounterMetricFamily(name, help_text, value=float(h.get(key, 0)))

@@ -87,8 +87,8 @@ async def _run(data_dir: Path, shards: int, addressed: bool, wide: bool) -> dict
         for i in range(shards):
             await core.directory.scene_shard(i).settle(120.0)
         walks = messages = 0
-        for i in range(shards):
-            health = await core.directory.scene_shard(i).health()
+        for i in range(core.directory.spec.walkers):
+            health = await core.directory.walker(i).health()
             walks, messages = walks + health["walks"], messages + health["walk_messages"]
         delivered = []
         for listener in listeners:

@@ -28,6 +28,7 @@ from actors.registry import Registry, RegistryConfig
 from actors.resize import settle_layout_blocking
 from actors.scene_shard import SceneShard, ShardConfig
 from actors.storage import StorageConfig
+from actors.walker import Lookups, Walker, WalkerConfig
 from cluster.settings import Settings
 from head.embedding import Embedder, EmbeddingEngine, PooledEngine, engine_named, make_engine
 from head.erasure_signing import ErasureSigner
@@ -49,7 +50,9 @@ BOOTSTRAP_KEY_FILE = "bootstrap-admin.key"
 
 def directory_spec(settings: Settings) -> DirectorySpec:
     ray = settings.ray
-    return DirectorySpec(ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards, settings.embedder_pool)
+    return DirectorySpec(
+        ray.namespace, ray.scene_shards, ray.beacon_sets, ray.inbox_shards, settings.embedder_pool, settings.walker_pool
+    )
 
 
 def storage_config(settings: Settings) -> StorageConfig:
@@ -109,12 +112,16 @@ def actor_plan(
             index=i,
             dims=dims,
             tuning=settings.scenes.tuning(),
-            propagation=propagation if prop.enabled else None,
+            walks=prop.enabled,
             walk_batch=prop.walk_batch,
             max_walk_backlog=prop.max_walk_backlog,
             generation=layout.generation("scene_shard"),
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
+    nice = 0 if lookup is None else prop.walker_nice  # in process, never: the walker would share the head's process
+    walker_lookups = None if lookup is None else ray_lookups()
+    for i in range(settings.walker_pool):
+        plan[f"walker:{i}"] = (Walker, (WalkerConfig(propagation, i, nice), walker_lookups))
     for i in range(layout.counts["beacon_set"]):
         beacon_config = BeaconSetConfig(
             storage, i, dims, retention.sweep_interval_s, prop.prior(), generation=layout.generation("beacon_set")
@@ -250,6 +257,13 @@ def ray_lookup(spec: DirectorySpec) -> Callable[[], Directory]:
     from actors.ray_directory import RayLookup
 
     return RayLookup(spec)
+
+
+def ray_lookups() -> Lookups:
+    """How a walker finds the actors of the layout a scene shard sends it (a new one after an online resize)."""
+    from actors.ray_directory import RayLookup
+
+    return RayLookup
 
 
 async def start_core(memesh: Memesh, settings: Settings) -> Path | None:

@@ -123,6 +123,8 @@ class PropagationSettings(Section):
     max_walk_backlog: int = Field(100_000, ge=1)  # per scene shard; at it, writes to the shard get 429
     max_inflight_records: int = Field(64, ge=1)
     owner_addressed: bool = True  # a wave messages only owners that may hold the tenant (mesh/presence.py)
+    walkers: int | None = Field(None, ge=1, le=1024)  # walker actors (actors/walker.py); None: one per scene shard at start
+    walker_nice: int = Field(10, ge=0, le=19)  # OS niceness of the walkers' processes (on Ray): requests get the CPU first
     # Leaves (beacons, agent nodes): their own quota per frontier node, and the match rule (mesh/standing.py)
     leaf_fan_out: int = Field(8, ge=0, le=256)
     standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs
@@ -415,6 +417,14 @@ class Settings(BaseSettings):
             return self.embedding.threads
         pool = self.embedder_pool
         return max(1, usable_cpus() // pool) if pool else None
+
+    @property
+    def walker_pool(self) -> int:
+        """Walker actors in the deployment: ``propagation.walkers``, else one per scene shard the deployment
+        starts with; none when walks are off."""
+        if not self.propagation.enabled:
+            return 0
+        return self.propagation.walkers if self.propagation.walkers is not None else self.ray.scene_shards
 
     @property
     def observatory_enabled(self) -> bool:

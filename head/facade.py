@@ -188,14 +188,15 @@ class Memesh:
         beacons = answers[spec.scene_shards : spec.scene_shards + spec.beacon_sets]
         registry_at = spec.scene_shards + spec.beacon_sets + spec.inbox_shards
         inboxes = answers[spec.scene_shards + spec.beacon_sets : registry_at]
+        walkers = answers[len(answers) - spec.walkers :] if spec.walkers else []
         return {
             "cells": sum(s["cells"] for s in shards),
             "scenes": sum(s["scenes"] for s in shards),
             "walk_backlog": sum(s.get("walk_backlog", 0) for s in shards),
             "journal_pending": sum(s.get("journal_pending", 0) for s in shards),
             "delivery_journal_pending": sum(i.get("journal_pending", 0) for i in inboxes),
-            "walks": sum(s.get("walks", 0) for s in shards),
-            "walk_messages": sum(s.get("walk_messages", 0) for s in shards),
+            "walks": sum(w.get("walks", 0) for w in walkers),
+            "walk_messages": sum(w.get("walk_messages", 0) for w in walkers),
             "scene_searches_kept": sum(s.get("scene_searches_kept", 0) for s in shards),
             "scene_searches_run": sum(s.get("scene_searches_run", 0) for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),

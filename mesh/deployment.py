@@ -26,6 +26,7 @@ class DirectorySpec:
     beacon_sets: int
     inbox_shards: int
     embedders: int = 0  # the embedder pool (0: each head embeds with its own engine)
+    walkers: int = 0  # the walker pool (0: writes start no walk); scene shard i walks on walker i % walkers
     routes: Routes | None = None
     epoch: int = 0  # online resizes so far: the partitioned actors of epoch e > 0 are named ``<kind>:<n>@<e>``
 

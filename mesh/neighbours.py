@@ -9,6 +9,8 @@ row of a matrix made for the answer, never the partition's own array.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import numpy.typing as npt
 
@@ -19,14 +21,15 @@ from mesh.walk_wire import PackedAnswers, Row
 SCENE = NodeKind.SCENE.value
 
 
-def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest]) -> PackedAnswers:
+def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest], first_row: int = 0) -> PackedAnswers:
     """For each walk's wave, each frontier node's nearest live scenes of its tenant as walk candidates
     (similarity to the node, relevance to the diff, the centroid the next wave searches around), packed
     for the wire: one matrix product per tenant for all the requests, one for every candidate's relevance,
-    and no per-candidate object (the walker unpacks them)."""
+    and no per-candidate object (the walker unpacks them). Rows name their centroid as ``first_row`` plus
+    its row in the answer's matrix (an answer made in parts: ``PackedAnswers.joined``)."""
     answers: list[dict[str, list[Row]]] = [{} for _ in requests]
     matrices: list[npt.NDArray[np.float32]] = []
-    offset = 0  # rows of the answer's matrix taken by earlier tenants
+    offset = first_row  # rows of the whole answer's matrix taken by earlier parts and tenants
     by_tenant: dict[str, list[int]] = {}
     for n, request in enumerate(requests):
         by_tenant.setdefault(request.tenant_id, []).append(n)
@@ -50,3 +53,14 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         matrices.append(centroids)
         offset += len(centroids)
     return PackedAnswers(answers, np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None))
+
+
+def neighbour_scene_parts(partition: MemoryPartition, requests: list[NeighbourRequest], part: int) -> Iterator[PackedAnswers]:
+    """:func:`neighbour_scenes` of ``requests``, ``part`` requests at a time (what an actor answers between
+    two turns of its event loop), computed as each is taken; ``PackedAnswers.joined`` of the parts is the
+    answer to all the requests."""
+    rows = 0
+    for start in range(0, len(requests), part):
+        answer = neighbour_scenes(partition, requests[start : start + part], rows)
+        rows += 0 if answer.matrix is None else len(answer.matrix)
+        yield answer

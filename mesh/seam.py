@@ -79,8 +79,6 @@ class SceneShardActor(Actor, Reembedding, Protocol):
 
     async def tenants(self) -> list[str]: ...
 
-    async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None: ...
-
     async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]: ...
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
@@ -316,6 +314,16 @@ class EmbedderActor(Actor, Protocol):
     async def encode(self, texts: list[str]) -> Vector: ...
 
 
+class WalkerActor(Actor, Protocol):
+    """Runs the walks a scene shard's writes start (``propagation.walkers``): in a process of its own, at
+    a lower OS priority, so a walk backlog never holds the scene shards' event loops nor outruns requests
+    for the CPU."""
+
+    async def walk(self, spec: DirectorySpec, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool) -> int: ...
+
+    async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None: ...
+
+
 class Directory(Protocol):
     """Finds actors by role and partition, never by a handle a caller keeps (an actor may restart or move)."""
 
@@ -336,6 +344,8 @@ class Directory(Protocol):
     def console_state(self) -> ConsoleStateActor: ...
 
     def embedder(self, index: int) -> EmbedderActor: ...
+
+    def walker(self, index: int) -> WalkerActor: ...
 
     def audit_log(self) -> AuditLogActor: ...
 
@@ -409,6 +419,7 @@ def actor_kinds(directory: Directory) -> list[str]:
         "head_roster",
         "console_state",
         *["embedder"] * spec.embedders,
+        *["walker"] * spec.walkers,
     ]
 
 
@@ -424,4 +435,5 @@ def every_actor(directory: Directory) -> list[Actor]:
         directory.head_roster(),
         directory.console_state(),
         *(directory.embedder(i) for i in range(directory.spec.embedders)),
+        *(directory.walker(i) for i in range(directory.spec.walkers)),
     ]

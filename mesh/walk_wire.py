@@ -88,6 +88,18 @@ class PackedAnswers:
     def unpacked(self) -> WaveAnswers:
         return _answers(self.rows, self.matrix)
 
+    @classmethod
+    def joined(cls, parts: list[PackedAnswers]) -> PackedAnswers:
+        """One answer of parts made in order, each part's rows numbered after the earlier parts' matrices
+        (``mesh.neighbours.neighbour_scene_parts``)."""
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls([], None)
+        matrices = [p.matrix for p in parts if p.matrix is not None]
+        matrix = np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None)
+        return cls([rows for p in parts for rows in p.rows], matrix)
+
 
 class WaveRequests(list[NeighbourRequest]):
     """A wave's requests to one owner, one per walk."""

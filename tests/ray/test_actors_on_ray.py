@@ -200,3 +200,45 @@ async def test_every_actor_process_keeps_its_collection_pauses_short_and_again_a
     await kill(core, "scene_shard:0")
     name, frozen, installed = ray.get(refs["scene_shard:0"].handle.__ray_call__.remote(_collector_state), timeout=60)
     assert (name, frozen > 0, installed) == ("SceneShard", True, True)
+
+
+def _priorities(actor: object) -> tuple[str, list[int]]:
+    import os
+
+    threads = [int(t) for t in os.listdir("/proc/self/task")]
+    return type(actor).__name__, sorted({os.getpriority(os.PRIO_PROCESS, t) for t in threads})
+
+
+async def test_walks_run_on_niced_walkers_and_a_killed_walker_loses_no_walk(core: Memesh) -> None:
+    """Each scene shard's walks run on a walker actor of their own process, every thread of it at
+    ``propagation.walker_nice``, while every thread of a scene shard runs at the priority Ray itself has
+    (Ray would start its Python threads at 15 without ``RUNTIME_ENV``). Walks sent while both walkers are
+    dead and restarting run once they are back: every one delivers (the walk queue's calls wait for the
+    restarted actor, and inboxes drop what a retry delivers twice)."""
+    directory = core.directory
+    assert isinstance(directory, RayDirectory) and directory.spec.walkers == 2
+    refs = {r.name: r for r in every_actor(directory)}  # type: ignore[attr-defined]
+    nice = Settings().propagation.walker_nice
+    assert nice > 0
+    for name in ("walker:0", "walker:1", "scene_shard:0"):
+        kind, levels = ray.get(refs[name].handle.__ray_call__.remote(_priorities), timeout=60)
+        assert (kind, levels) == (("Walker", [nice]) if name.startswith("walker") else ("SceneShard", [0]))
+    listener = await writer(core, "t-walk")
+    await core.inbox.place_beacon(listener, "replication lag on the primary database")
+    author = await writer(core, "t-walk")
+    pids = [(await directory.walker(i).health())["pid"] for i in range(2)]
+    for i in range(2):
+        ray.kill(refs[f"walker:{i}"].handle, no_restart=False)
+    specs = [
+        NewCell(content=f"replication lag on the primary database, incident {i}", cell_type=CellType.FACT, salience=0.9)
+        for i in range(24)  # under the listener's budget of close matches (32 an hour)
+    ]
+    written = await core.memory.write_cells(author, specs)
+    for i in range(directory.spec.scene_shards):
+        await directory.scene_shard(i).settle(60.0)
+    page = await core.inbox.pull(listener, None, None, 100)
+    reached = {item["diff"]["cell_id"] for item in json.loads(page.items_json)}
+    assert reached == {c.id for c in written}, f"{len(reached)} of {len(written)} walks delivered"
+    after = [await directory.walker(i).health() for i in range(2)]
+    assert all(a["pid"] != p for a, p in zip(after, pids, strict=True)), "a walker was not restarted"
+    assert sum(a["walks"] for a in after) == len(written)  # every walk ran on a restarted walker

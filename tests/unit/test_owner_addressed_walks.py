@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from actors.beacon_set import BeaconSet
+from actors.propagation import Propagator
 from actors.scene_shard import SceneShard
+from actors.walker import Walker
 from head.facade import Memesh
 from mesh.identity import Principal
 from mesh.model import CellType, NewCell
@@ -64,14 +66,20 @@ async def _principal(core: Memesh, tenant: str) -> Principal:
 
 
 async def _known_everywhere(core: Memesh) -> None:
-    """Wait for every shard's walks to have heard from every owner (their start's pull)."""
-    for i in range(core.directory.spec.scene_shards):
-        await _shard(core, i)._propagator.pull_presence()  # type: ignore[union-attr]
+    """Wait for every walker to have heard from every owner (its start's pull)."""
+    for i in range(core.directory.spec.walkers):
+        await _walks(core, i).pull_presence()
 
 
 def _shard(core: Memesh, i: int) -> SceneShard:
     target: SceneShard = core.directory.scene_shard(i).target  # type: ignore[attr-defined]
     return target
+
+
+def _walks(core: Memesh, i: int) -> Propagator:
+    """Walker ``i``'s propagator (what scene shard ``i`` walks with: one walker per shard by default)."""
+    walker: Walker = core.directory.walker(i).target  # type: ignore[attr-defined]
+    return walker.propagator_for(core.directory.spec)
 
 
 async def _workload(core: Memesh) -> dict[str, list[tuple[str, str, int, float]]]:
@@ -103,9 +111,8 @@ async def _workload(core: Memesh) -> dict[str, list[tuple[str, str, int, float]]
 
 def _figures(core: Memesh) -> tuple[int, int]:
     walks = messages = 0
-    for i in range(core.directory.spec.scene_shards):
-        propagator = _shard(core, i)._propagator
-        assert propagator is not None
+    for i in range(core.directory.spec.walkers):
+        propagator = _walks(core, i)
         walks, messages = walks + propagator.walks, messages + propagator.messages
     return walks, messages
 
@@ -150,16 +157,16 @@ async def test_a_restarted_owner_tells_the_walkers_it_had_not_told(make_core: Ca
         monkeypatch.setattr("actors.presence.tell_walkers", crashed_before_telling)
         await core.inbox.place_beacon(listener, "kafka consumer lag")
         monkeypatch.undo()
-        for i in range(core.directory.spec.scene_shards):  # the crash left every walker leaving this set out for t9
-            assert not _shard(core, i)._propagator.presence.may_hold(("beacon_set", index), "t9")  # type: ignore[union-attr]
+        for i in range(core.directory.spec.walkers):  # the crash left every walker leaving this set out for t9
+            assert not _walks(core, i).presence.may_hold(("beacon_set", index), "t9")
         old: BeaconSet = core.directory.beacon_set(index).target  # type: ignore[attr-defined]
         await old.close()
         restarted = BeaconSet(old.config)
         restarted.attach(core.directory)
         core.directory.instances[f"beacon_set:{index}"] = restarted  # type: ignore[attr-defined]
         await restarted.health()  # loads, and tells every walker what it holds
-        for i in range(core.directory.spec.scene_shards):
-            assert _shard(core, i)._propagator.presence.may_hold(("beacon_set", index), "t9")  # type: ignore[union-attr]
+        for i in range(core.directory.spec.walkers):
+            assert _walks(core, i).presence.may_hold(("beacon_set", index), "t9")
         await core.memory.write_cells(writer, [NewCell(content="kafka consumer lag", cell_type=CellType.FACT)])
         await settle(core)
         items = (await drain(core, listener, limit=10))["items"]
@@ -178,10 +185,8 @@ async def test_every_walker_knows_a_superset_of_what_each_owner_holds(make_core:
         for index in range(count):
             owner = core.directory.scene_shard(index) if kind == "scene_shard" else core.directory.beacon_set(index)
             held = await owner.tenants()
-            for i in range(spec.scene_shards):
-                if kind == "scene_shard" and i == index:
-                    continue  # a shard's own walks ask it directly
-                view = _shard(core, i)._propagator.presence  # type: ignore[union-attr]
+            for i in range(spec.walkers):
+                view = _walks(core, i).presence
                 assert view.known((kind, index))
                 assert all(view.may_hold((kind, index), t) for t in held)
                 assert not view.may_hold((kind, index), "tenant-nobody")
@@ -216,8 +221,7 @@ async def test_a_walk_carries_its_writers_agent_moves_in_its_first_wave(make_cor
         assert beacons.agents[writer.agent_id].count == 1
 
         (shard,) = [s for s in map(partial(_shard, core), range(4)) if s.partition.cells]  # the writer's cells
-        propagator = shard._propagator
-        assert propagator is not None
+        propagator = _walks(core, shard.config.index)
         propagator.config = replace(propagator.config, policy=replace(propagator.config.policy, max_hops=0))
         await core.memory.write_cells(writer, [NewCell(content="kafka consumer lag again", cell_type=CellType.FACT)])
         await settle(core)

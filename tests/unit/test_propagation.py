@@ -240,14 +240,14 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
 
 def hold_walks(core: Memesh) -> asyncio.Event:
     """Scene shard 0's walks wait until the returned event is set (its queue fills meanwhile)."""
-    propagator = core.directory.scene_shard(0).target._propagator  # type: ignore[attr-defined]
-    walking, release = propagator.propagate_many, asyncio.Event()
+    walker = core.directory.walker(0).target  # type: ignore[attr-defined]  # scene shard 0 walks on walker 0
+    walking, release = walker.walk, asyncio.Event()
 
     async def held(*args: Any, **kw: Any) -> Any:
         await release.wait()
         return await walking(*args, **kw)
 
-    propagator.propagate_many = held
+    walker.walk = held
     return release
 
 

@@ -41,6 +41,6 @@ async def test_a_closed_deployment_commits_its_soft_state_whatever_the_window(ma
     assert [(i["delivery_seq"], i["diff"]["id"]) for i in (await drain(again, listener))["items"]] == [
         (i["delivery_seq"], i["diff"]["id"]) for i in first
     ]
-    shard_walks = [(await again.directory.scene_shard(i).health())["walks"] for i in range(again.directory.spec.scene_shards)]
-    assert sum(shard_walks) == 1  # only the banana's walk: the first cell was not walked again
+    walks = [(await again.directory.walker(i).health())["walks"] for i in range(again.directory.spec.walkers)]
+    assert sum(walks) == 1  # only the banana's walk: the first cell was not walked again
     await again.close()

@@ -9,11 +9,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mesh.neighbours import neighbour_scenes
+from mesh.neighbours import neighbour_scene_parts, neighbour_scenes
 from mesh.partition import MemoryPartition
 from mesh.tuning import SceneTuning
 from mesh.walk import Candidate, NeighbourRequest, NodeKind
-from mesh.walk_wire import WaveAnswers, WaveRequests
+from mesh.walk_wire import PackedAnswers, WaveAnswers, WaveRequests
 from tests.unit.helpers import cell, direction, uid
 
 DIMS = 8
@@ -147,3 +147,35 @@ def test_a_scene_shards_packed_answer_unpacks_to_each_frontier_nodes_own_search(
                     assert c.vector is not None and c.vector.dtype == np.float32
                     assert np.array_equal(c.vector, scene.centroid) and not np.shares_memory(c.vector, scene.centroid)
         assert answers[0]["f1"], "the test's tenant t0 has scenes near its frontier"
+
+
+def test_an_answer_made_in_parts_is_the_answer_made_whole() -> None:
+    """A scene shard answers a wave a few walks at a time (``neighbour_scene_parts``, a turn of its event loop
+    between parts); joined, the parts unpack, also after a pickle, to exactly the answer made in one piece:
+    every candidate with its centroid, whatever the part size."""
+    partition = MemoryPartition(16, SceneTuning(join_similarity=0.9))
+    cells = [cell(direction(seed, 16), tenant=f"t{seed % 3}", project=f"p{seed % 2}") for seed in range(60)]
+    partition.write(cells, [uid("5") for _ in cells])
+    requests = [
+        NeighbourRequest(
+            f"t{n % 4}", [(f"f{n}-{q}", direction(200 + 7 * n + q, 16)) for q in range(n % 3)], direction(300 + n, 16), 4, None
+        )
+        for n in range(11)
+    ]
+
+    def candidates(answers: WaveAnswers) -> list[Any]:
+        return [
+            {
+                f: [(c.node_id, c.kind, c.similarity, c.relevance, None if c.vector is None else c.vector.tolist()) for c in cs]
+                for f, cs in a.items()
+            }
+            for a in answers
+        ]
+
+    whole = candidates(neighbour_scenes(partition, requests).unpacked())
+    assert any(any(cs for cs in a.values()) for a in whole), "the test's frontier nodes have scenes near them"
+    for part in (1, 2, 3, 8, 11, 64):
+        joined = PackedAnswers.joined(list(neighbour_scene_parts(partition, requests, part)))
+        assert candidates(joined.unpacked()) == whole
+        assert candidates(pickle.loads(pickle.dumps(joined)).unpacked()) == whole
+    assert PackedAnswers.joined([]).unpacked() == []

@@ -1,0 +1,128 @@
+"""Walker: runs the walks the scene shards' writes start, in a process of its own at a lower OS priority.
+
+A walk's own work (deciding waves, merging the owners' answers, building
+deliveries and traces) used to run on the event loop of the scene shard that
+wrote the cell, the loop that also answers every search: while a backlog of
+walks drained, a recall waited behind them (docs/benchmarks.md, "Walks in
+their own processes"). A scene shard now hands each batch of walks to walker
+``index % walkers`` and waits for it; the owners (scene shards, beacon sets)
+still answer the waves, the inbox shards still take the deliveries.
+
+Guarantees:
+- ``walk`` decides and delivers the batch as ``actors.propagation.Propagator``
+  does, against the deployment as ``spec`` describes it (the caller's view: a
+  scene shard of a resized layout sends its own), and answers once every
+  delivery is committed; it holds no state a restart loses beyond the
+  presence view, which it asks the owners for again.
+- Stateless otherwise: Ray may restart it at any time; the scene shard's walk
+  queue retries a failed batch (``actors.walk_queue``).
+- ``nice`` > 0 lowers every thread of its process to that niceness (in a Ray
+  actor process only: the in-process directory never passes one), so under
+  contention the kernel gives the CPU to requests first; idle cores still run
+  walks at full speed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from actors.chores import Background
+from actors.propagation import PropagationConfig, Propagator
+from mesh.deployment import DirectorySpec
+from mesh.model import Cell, Vector
+from mesh.seam import Directory
+
+log = logging.getLogger(__name__)
+
+Lookups = Callable[[DirectorySpec], Callable[[], Directory]]  # a spec -> how to find that layout's actors
+
+
+@dataclass(frozen=True, slots=True)
+class WalkerConfig:
+    propagation: PropagationConfig
+    index: int = 0
+    nice: int = 0  # 0: the priority it was started with
+
+
+def lower_priority(nice: int) -> None:
+    """Set every thread of this process to ``nice`` (Linux applies niceness per thread; threads made later
+    inherit it from the thread that makes them). Raising niceness needs no privilege; a failure is logged."""
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]  # no /proc: this thread only
+    for thread in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, nice)
+        except OSError as exc:  # a thread that ended meanwhile, or a platform without per-thread priority
+            log.debug("niceness of thread %d not set: %s", thread, exc)
+
+
+class Walker:
+    def __init__(self, config: WalkerConfig, lookups: Lookups | None = None) -> None:
+        """``lookups`` builds the directory of a layout (Ray); None: the directory ``attach`` gives (in-process)."""
+        self.config = config
+        self._lookups = lookups
+        self._attached: Directory | None = None
+        self._spec: DirectorySpec | None = None
+        self._propagator: Propagator | None = None
+        self._pulls = Background("presence pull")
+        self._retired: list[Propagator] = []  # of earlier layouts: their traces still drain at close
+        self.walks = 0
+        self.messages = 0
+        if config.nice > 0:
+            lower_priority(config.nice)
+
+    def attach(self, directory: Directory) -> None:
+        """Walk with this directory (in-process), whatever spec a caller sends: it follows its layout itself."""
+        self._attached = directory
+
+    def _attached_directory(self) -> Directory:
+        assert self._attached is not None
+        return self._attached
+
+    def propagator_for(self, spec: DirectorySpec) -> Propagator:
+        """The propagator of ``spec``'s layout: the current one, or a fresh one (with a fresh presence view,
+        asked of every owner in the background) when a caller sends another layout."""
+        if self._propagator is not None and (self._attached is not None or spec == self._spec):
+            return self._propagator
+        if self._attached is not None:
+            directory = self._attached_directory
+        elif self._lookups is not None:
+            directory = self._lookups(spec)
+        else:
+            raise RuntimeError("this walker has no directory to walk with")
+        if self._propagator is not None:
+            self._retired.append(self._propagator)
+        self._spec, self._propagator = spec, Propagator(self.config.propagation, directory)
+        if self.config.propagation.owner_addressed:
+            self._pulls.spawn(self._propagator.pull_presence())
+        return self._propagator
+
+    async def walk(self, spec: DirectorySpec, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool) -> int:
+        """Decide the walks of ``jobs`` (written cells, each with the vector its first wave searches around),
+        deliver what they reach and hand their traces to the observatory; ``observe`` also moves the writers'
+        agent nodes (a batch's first attempt only). Returns how many walks ran."""
+        propagator = self.propagator_for(spec)
+        before = propagator.messages
+        await propagator.propagate_many(jobs, now, observe)
+        self.walks += len(jobs)
+        self.messages += propagator.messages - before
+        return len(jobs)
+
+    async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None:
+        """Owner ``kind:index`` holds ``tenants`` (``mesh.presence``); answered at once."""
+        if self._propagator is not None:
+            self._propagator.presence.note((kind, index), tenants)
+
+    async def health(self) -> dict[str, int]:
+        return {"walks": self.walks, "walk_messages": self.messages, "pid": os.getpid()}
+
+    async def close(self) -> None:
+        await self._pulls.drain()
+        for propagator in [*self._retired, *([self._propagator] if self._propagator else [])]:
+            await propagator.close()
