@@ -8,8 +8,9 @@ limit (``max_restarts=-1``; on restart they reload from storage) and retry a
 call interrupted by a restart (``max_task_retries``), which is safe because
 every actor method is idempotent (walkers excepted: their caller retries, see
 ``_KIND_OPTIONS``). They ask for no CPU: they are I/O-bound and a 2-core
-machine must hold all of them. Their processes run at Ray's own priority
-(``RUNTIME_ENV``), the walkers' lower (``actors.walker``).
+machine must hold all of them. Their processes run at the niceness Ray gives
+its workers (``RAY_worker_niceness``; ``memesh serve`` starts a local Ray with 0),
+the walkers' a step lower (``actors.walker``).
 """
 
 from __future__ import annotations
@@ -232,13 +233,6 @@ class RayLookup:
         return RayDirectory(self.spec)
 
 
-RUNTIME_ENV: dict[str, Any] = {"env_vars": {"RAY_worker_niceness": "0"}}
-"""What every worker of a memesh job runs with. Ray starts a worker's Python threads at niceness 15 unless
-told otherwise, so that a user's CPU-bound tasks never starve its own daemons; memesh's actors are the
-service itself, and run at the priority the deployment gave Ray (0 on a node started with defaults). Only
-the walkers lower theirs (``propagation.walker_nice``, ``actors.walker``): requests first, walks after."""
-
-
 def connect(address: str | None, namespace: str) -> None:
     """Join the Ray cluster at ``address``, or start a local one (no dashboard)."""
     if ray.is_initialized():
@@ -249,7 +243,6 @@ def connect(address: str | None, namespace: str) -> None:
         include_dashboard=False,
         logging_level=logging.WARNING,
         log_to_driver=False,
-        runtime_env=RUNTIME_ENV,
     )
 
 

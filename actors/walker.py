@@ -16,10 +16,11 @@ Guarantees:
   presence view, which it asks the owners for again.
 - Stateless otherwise: Ray may restart it at any time; the scene shard's walk
   queue retries a failed batch (``actors.walk_queue``).
-- ``nice`` > 0 lowers every thread of its process to that niceness (in a Ray
-  actor process only: the in-process directory never passes one), so under
+- ``nice`` > 0 lowers every thread of its process that many steps below the
+  niceness it was started with (the other actors'; at most 19), in a Ray
+  actor process only (the in-process directory never passes one), so under
   contention the kernel gives the CPU to requests first; idle cores still run
-  walks at full speed.
+  walks at full speed. Raising niceness needs no privilege.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ Lookups = Callable[[DirectorySpec], Callable[[], Directory]]  # a spec -> how to
 class WalkerConfig:
     propagation: PropagationConfig
     index: int = 0
-    nice: int = 0  # 0: the priority it was started with
+    nice: int = 0  # steps of niceness below the priority it was started with; 0: the same
 
 
-def lower_priority(nice: int) -> None:
-    """Set every thread of this process to ``nice`` (Linux applies niceness per thread; threads made later
-    inherit it from the thread that makes them). Raising niceness needs no privilege; a failure is logged."""
+def lower_priority(steps: int) -> int:
+    """Lower every thread of this process to ``steps`` above the calling thread's niceness, at most 19 (Linux
+    applies niceness per thread; threads made later inherit it from the thread that makes them); returns
+    the niceness set. A thread that cannot be changed is logged and left as it is."""
+    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + steps)
     try:
         threads = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
@@ -60,6 +63,7 @@ def lower_priority(nice: int) -> None:
             os.setpriority(os.PRIO_PROCESS, thread, nice)
         except OSError as exc:  # a thread that ended meanwhile, or a platform without per-thread priority
             log.debug("niceness of thread %d not set: %s", thread, exc)
+    return nice
 
 
 class Walker:

@@ -45,6 +45,11 @@ log = logging.getLogger("memesh")
 
 
 def _quiet_ray_env() -> None:
+    # A local Ray started here runs its workers at this process's priority: Ray's default starts their
+    # Python threads at niceness 15 (so a user's tasks never starve its daemons), but memesh's actors are the
+    # service, and only its walkers run lower (propagation.walker_nice). Nodes joined with ``ray start`` set
+    # it themselves (cluster/ray-cluster.yaml, cluster/kuberay.yaml).
+    os.environ.setdefault("RAY_worker_niceness", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

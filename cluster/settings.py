@@ -124,7 +124,7 @@ class PropagationSettings(Section):
     max_inflight_records: int = Field(64, ge=1)
     owner_addressed: bool = True  # a wave messages only owners that may hold the tenant (mesh/presence.py)
     walkers: int | None = Field(None, ge=1, le=1024)  # walker actors (actors/walker.py); None: one per scene shard at start
-    walker_nice: int = Field(10, ge=0, le=19)  # OS niceness of the walkers' processes (on Ray): requests get the CPU first
+    walker_nice: int = Field(10, ge=0, le=19)  # steps of OS niceness walkers run below the other actors (on Ray; at most 19)
     # Leaves (beacons, agent nodes): their own quota per frontier node, and the match rule (mesh/standing.py)
     leaf_fan_out: int = Field(8, ge=0, le=256)
     standout: float = Field(2.0, ge=0, le=100)  # standing (sd above the node's mean relevance) a leaf needs

@@ -63,11 +63,8 @@ def ray_address() -> Iterator[str]:
     """One real local Ray for the whole session (per pytest-xdist process); yields its GCS address."""
     import ray
 
-    from actors.ray_directory import RUNTIME_ENV  # the actors this process creates run as a server's do
-
-    context = ray.init(
-        namespace="memesh-tests", include_dashboard=False, num_cpus=2, log_to_driver=False, runtime_env=RUNTIME_ENV
-    )
+    os.environ.setdefault("RAY_worker_niceness", "0")  # as ``memesh serve`` starts its local Ray (cluster/serve.py)
+    context = ray.init(namespace="memesh-tests", include_dashboard=False, num_cpus=2, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])
     finally:

@@ -211,8 +211,9 @@ def _priorities(actor: object) -> tuple[str, list[int]]:
 
 async def test_walks_run_on_niced_walkers_and_a_killed_walker_loses_no_walk(core: Memesh) -> None:
     """Each scene shard's walks run on a walker actor of their own process, every thread of it at
-    ``propagation.walker_nice``, while every thread of a scene shard runs at the priority Ray itself has
-    (Ray would start its Python threads at 15 without ``RUNTIME_ENV``). Walks sent while both walkers are
+    ``propagation.walker_nice`` steps below every thread of a scene shard, which runs at the priority Ray's
+    own threads have (the session's Ray, as ``memesh serve``'s, is started with ``RAY_worker_niceness`` 0:
+    Ray's default starts a worker's Python threads at 15). Walks sent while both walkers are
     dead and restarting run once they are back: every one delivers (the walk queue's calls wait for the
     restarted actor, and inboxes drop what a retry delivers twice)."""
     directory = core.directory
