@@ -83,8 +83,8 @@ def _walks(core: Memesh, i: int) -> Propagator:
 
 
 async def _workload(core: Memesh) -> dict[str, list[tuple[str, str, int, float]]]:
-    """Four tenants, each a listener with two beacons and a writer writing on and off its topics; returns
-    every listener's deliveries as (content, criterion, hops)."""
+    """Four tenants, each a listener with two beacons and a writer writing on and off its topics, each walk
+    settled before the next write; returns every listener's deliveries as (content, criterion, hops)."""
     listeners = {}
     writers = {}
     for n, topic in enumerate(TOPICS):
@@ -99,7 +99,7 @@ async def _workload(core: Memesh) -> dict[str, list[tuple[str, str, int, float]]
         texts = [topic, f"{topic} postmortem", f"notes on {TOPICS[(n + 1) % 4]}", "lunch menu", topic]
         for text in texts:
             await core.memory.write_cells(writers[tenant], [NewCell(content=text, cell_type=CellType.FACT, salience=0.8)])
-    await settle(core)
+            await settle(core)  # one walk a batch: both runs count the same waves (batching follows timing)
     out = {}
     for tenant, who in listeners.items():
         items = (await drain(core, who, limit=100))["items"]
