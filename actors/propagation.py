@@ -29,7 +29,7 @@ from actors.chores import Background
 from mesh.errors import MemeshError
 from mesh.inbox_wire import InboxDelivery, delivery_json, diff_json, item_members
 from mesh.model import Cell, Vector
-from mesh.observation import WalkTrace
+from mesh.observation import PackedHops, WalkTrace
 from mesh.presence import Owner, OwnerPresence
 from mesh.seam import Directory, beacon_set_index, inbox_index
 from mesh.times import rfc3339
@@ -273,7 +273,15 @@ class Propagator:
             return
         ts = rfc3339(now)
         traces = [
-            WalkTrace(result.diff_id, cell.tenant_id, cell.source_agent, cell.layer.depth, cell.salience, ts, result.events)
+            WalkTrace(
+                result.diff_id,
+                cell.tenant_id,
+                cell.source_agent,
+                cell.layer.depth,
+                cell.salience,
+                ts,
+                PackedHops.of(result.events),
+            )
             for cell, result in traced
         ]
         messages: list[list[WalkTrace]] = [[]]

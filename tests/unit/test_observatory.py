@@ -8,6 +8,8 @@ core where a test needs real walks.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import pickle
 import time
 from typing import Any
 
@@ -20,7 +22,7 @@ from head.facade import Memesh
 from head.observatory_hub import RESYNC, ObservatoryHub, ObservatoryHubConfig, Subscription
 from mesh.deployment import DirectorySpec
 from mesh.errors import QuotaExceeded, ValidationFailed
-from mesh.observation import WalkTrace
+from mesh.observation import PackedHops, WalkTrace
 from mesh.walk import Criterion, HopEvent, Outcome
 from tests.unit.conftest import Api
 from tests.unit.helpers import EVENT_FIELDS
@@ -68,6 +70,24 @@ async def take_events(sub: Subscription, want: int, timeout_s: float = 5.0) -> l
 # -- the actor ----------------------------------------------------------------
 
 
+def test_packed_hops_read_back_as_the_events_they_were_made_of() -> None:
+    """Every outcome and criterion, with and without standing, read back equal by index, slice, iteration and
+    after pickling; the pickle holds plain columns (no event objects, no enums)."""
+    events = [HopEvent(None, "s0", 0, 0.9, 0.9, Outcome.DELIVERED)]
+    for n, (outcome, criterion) in enumerate(itertools.product(Outcome, Criterion)):
+        events.append(
+            HopEvent(f"s{n}", f"n{n + 1}", n % 4, 0.9, 0.5 + n / 100, outcome, n / 50, None if n % 2 else n * 0.1, criterion)
+        )
+    packed = PackedHops.of(events)
+    assert len(packed) == len(events) and list(packed) == events and packed[3] == events[3] and packed[2:5] == events[2:5]
+    wire = pickle.dumps(packed)
+    assert b"HopEvent" not in wire and b"Outcome" not in wire and b"Criterion" not in wire
+    again = pickle.loads(wire)
+    assert list(again) == events and [e.outcome for e in again] == [e.outcome for e in events]
+    assert all(type(e.outcome) is Outcome for e in again)
+    assert len(PackedHops.of([])) == 0 and list(pickle.loads(pickle.dumps(PackedHops.of([])))) == []
+
+
 async def test_a_walks_trace_reads_back_as_the_events_it_holds_with_the_documented_fields() -> None:
     """``record_walks`` keeps a walk's events packed; each reads back with the fields and rounding of
     docs/observatory.md, filtered by tenant and forgotten by diff as events given whole are."""
@@ -76,7 +96,7 @@ async def test_a_walks_trace_reads_back_as_the_events_it_holds_with_the_document
     seed = HopEvent(None, "s0", 0, 0.8, 0.8, Outcome.DELIVERED)
     edge = HopEvent("s0", "b1", 1, 0.8, 0.61234567, Outcome.DELIVERED, 0.712345678, 2.123456, Criterion.STANDOUT)
     ts = "2026-01-01T00:00:00Z"
-    first = WalkTrace("d1", "t1", "a1", 0, 0.5, ts, [seed, edge])
+    first = pickle.loads(pickle.dumps(WalkTrace("d1", "t1", "a1", 0, 0.5, ts, PackedHops.of([seed, edge]))))  # as walks send it
     other = WalkTrace("d2", "t2", "a2", 2, 1.0, ts, [HopEvent(None, "s9", 0, 1.0, 1.0, Outcome.DELIVERED)])
     await observatory.record_walks([first, other], dropped_before=3)
     events, top, _ = await observatory.events_after(base, 10, 0)
