@@ -134,6 +134,7 @@ class Propagator:
                     None if self.config.deliver_to_writer else jobs[n][0].source_agent,
                     policy.leaf_fan_out,
                     observe and states[n].hop == 0,
+                    policy.gate,  # a scene below the gate is pruned: its centroid would never be searched around
                 )
                 for n in active
             ]

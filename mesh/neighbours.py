@@ -4,7 +4,10 @@ Guarantees: pure (reads the partition, changes nothing); one matrix product per
 tenant for every request of the wave, and one more for every candidate's
 relevance; only the requesting walk's tenant is searched; candidates come best
 first, ties by id (``VectorIndex.search_many``); each candidate's centroid is a
-row of a matrix made for the answer, never the partition's own array.
+row of a matrix made for the answer, never the partition's own array, and is
+left out (row -1) exactly when the candidate's relevance is below its request's
+``centroid_floor`` (the walk sets it to its gate: it never searches around a
+scene it prunes, and most candidates are pruned).
 """
 
 from __future__ import annotations
@@ -42,16 +45,21 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         # every hit's relevance to its own walk's diff at once: each centroid row against that walk's diff row
         diffs = np.stack([requests[n].diff_vector for n, _, _ in flat])
         of_query = np.repeat(np.arange(len(flat)), [len(found) for found in ids])
-        relevance = np.einsum("hd,hd->h", centroids, diffs[of_query]).tolist()
+        scores_of = np.einsum("hd,hd->h", centroids, diffs[of_query])
+        floors = np.array([requests[n].centroid_floor for n, _, _ in flat], dtype=np.float64)[of_query]
+        carried = scores_of.astype(np.float64) >= floors  # compared as the walk compares (Python floats)
+        rows_of = np.where(carried, offset + np.cumsum(carried) - 1, -1).tolist()
+        relevance = scores_of.tolist()
         at = 0
         for (n, frontier_id, _), found, scores in zip(flat, ids, sims, strict=True):
             answers[n][frontier_id] = [
-                (scene_id, SCENE, sim, relevance[at + i], None, None, offset + at + i)
+                (scene_id, SCENE, sim, relevance[at + i], None, None, rows_of[at + i])
                 for i, (scene_id, sim) in enumerate(zip(found, scores, strict=True))
             ]
             at += len(found)
-        matrices.append(centroids)
-        offset += len(centroids)
+        kept = centroids if carried.all() else centroids[carried]
+        matrices.append(kept)
+        offset += len(kept)
     return PackedAnswers(answers, np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None))
 
 

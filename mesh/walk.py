@@ -129,6 +129,7 @@ class NeighbourRequest:
     exclude_agent: str | None
     leaf_k: int = 8  # leaves per frontier node
     observe: bool = False  # first wave of a first attempt: owners fold the diff into their leaves' statistics
+    centroid_floor: float = float("-inf")  # scenes less relevant to the diff than this come without their centroid
 
 
 @dataclass(frozen=True, slots=True)

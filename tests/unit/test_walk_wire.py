@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mesh.neighbours import neighbour_scene_parts, neighbour_scenes
 from mesh.partition import MemoryPartition
 from mesh.tuning import SceneTuning
-from mesh.walk import Candidate, NeighbourRequest, NodeKind
+from mesh.walk import Candidate, EnergyPolicy, FrontierNode, NeighbourRequest, NodeKind, WalkState
 from mesh.walk_wire import PackedAnswers, WaveAnswers, WaveRequests
 from tests.unit.helpers import cell, direction, uid
 
@@ -147,6 +147,47 @@ def test_a_scene_shards_packed_answer_unpacks_to_each_frontier_nodes_own_search(
                     assert c.vector is not None and c.vector.dtype == np.float32
                     assert np.array_equal(c.vector, scene.centroid) and not np.shares_memory(c.vector, scene.centroid)
         assert answers[0]["f1"], "the test's tenant t0 has scenes near its frontier"
+
+
+def test_scenes_below_the_centroid_floor_come_without_their_centroid_and_nothing_else_changes() -> None:
+    """A request's ``centroid_floor`` (the walk's gate) leaves out exactly the centroids of the candidates less
+    relevant than it; every candidate, its scores and the other centroids are those of an answer without a
+    floor, whole or in parts, before and after a pickle; and the walk decides the same from either answer."""
+    partition = MemoryPartition(16, SceneTuning(join_similarity=0.9))
+    cells = [cell(direction(seed, 16), tenant=f"t{seed % 2}", project="p") for seed in range(60)]
+    partition.write(cells, [uid("5") for _ in cells])
+
+    def requests(floor: float) -> list[NeighbourRequest]:
+        return [
+            NeighbourRequest(f"t{n % 2}", [(f"f{n}", direction(400 + n, 16))], direction(500 + n, 16), 6, None, 8, False, floor)
+            for n in range(9)
+        ]
+
+    def flat(answer: PackedAnswers) -> list[Any]:
+        return [(f, c[:4], c.vector) for a in answer.unpacked() for f, cs in a.items() for c in cs]
+
+    policy = EnergyPolicy(gate=0.1)
+    full = flat(neighbour_scenes(partition, requests(float("-inf"))))
+    floored = neighbour_scenes(partition, requests(policy.gate))
+    for answer in (
+        floored,
+        pickle.loads(pickle.dumps(floored)),
+        PackedAnswers.joined(list(neighbour_scene_parts(partition, requests(policy.gate), 2))),
+    ):
+        got = flat(answer)
+        assert [(f, c) for f, c, _ in got] == [(f, c) for f, c, _ in full]
+        for (_, c, vector), (_, _, whole) in zip(got, full, strict=True):
+            assert (vector is None) == (c[3] < policy.gate)
+            assert vector is None or np.array_equal(vector, whole)
+    assert {vector is None for _, _, vector in flat(floored)} == {True, False}, "the test has candidates on both sides"
+    for n, request in enumerate(requests(policy.gate)):
+        outcomes = []
+        for answer in (neighbour_scenes(partition, requests(float("-inf"))), floored):
+            state = WalkState.start(policy, "origin", request.diff_vector, 1.0)
+            state.frontier = [FrontierNode(f"f{n}", request.queries[0][1], 1.0)]
+            state.advance(answer.unpacked()[n])
+            outcomes.append((state.events, [(f.node_id, f.vector.tolist()) for f in state.frontier]))
+        assert outcomes[0] == outcomes[1]
 
 
 def test_an_answer_made_in_parts_is_the_answer_made_whole() -> None:
