@@ -25,6 +25,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable
@@ -97,7 +98,7 @@ class Walker:
         if self._attached is not None:
             directory = self._attached_directory
         elif self._lookups is not None:
-            directory = self._lookups(spec)
+            directory = functools.cache(self._lookups(spec))  # one directory a layout: its actor handles are kept
         else:
             raise RuntimeError("this walker has no directory to walk with")
         if self._propagator is not None:
