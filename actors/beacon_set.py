@@ -261,7 +261,8 @@ class BeaconSet(BeaconReembedding):
         self, requests: list[NeighbourRequest], now: datetime, moves: list[tuple[str, str, Vector]] | None = None
     ) -> PackedAnswers:
         """``neighbours`` for many walks at once, packed for the wire (no candidate object here; the walker
-        unpacks): one matrix product per tenant and excluded writer.
+        unpacks): per tenant and excluded writer, one search for every frontier node, one product for every
+        hit's relevance to its walk's diff and one pass for their standings.
 
         ``moves`` (a batch's first wave): the writers' agent nodes held here move first, as
         ``observe_many`` would (one message instead of two). Then the diffs of requests marked
@@ -283,16 +284,21 @@ class BeaconSet(BeaconReembedding):
             mask = nodes.mask(exclude, now.timestamp())
             k = max(requests[n].leaf_k for n in members)
             hits = nodes.index.search_many(np.stack([vec for _, _, vec in flat]), k, mask)
-            for (n, frontier_id, _), found in zip(flat, hits, strict=True):
-                found = found[: requests[n].leaf_k]
-                ids = [nid for nid, _ in found]
-                relevance = nodes.index.similarity(ids, requests[n].diff_vector)
-                rows = np.fromiter((nodes.index.row_of(nid) for nid in ids), dtype=np.intp, count=len(ids))
-                standing = nodes.standings.standing(rows, relevance).tolist()
+            kept = [found[: requests[n].leaf_k] for (n, _, _), found in zip(flat, hits, strict=True)]
+            # every hit's relevance to its own walk's diff and its standing, for the whole group at once
+            rows = np.fromiter((nodes.index.row_of(nid) for found in kept for nid, _ in found), dtype=np.intp)
+            of_query = np.repeat(np.arange(len(flat)), [len(found) for found in kept])
+            diffs = np.stack([requests[n].diff_vector for n, _, _ in flat])[of_query]
+            scores = nodes.index.similarity_rows(rows, diffs)
+            standing = nodes.standings.standing(rows, scores).tolist()
+            relevance = scores.tolist()
+            at = 0
+            for (n, frontier_id, _), found in zip(flat, kept, strict=True):
                 answers[n][frontier_id] = [
-                    (nid, nodes.kind[nid].value, sim, rel, nodes.agent[nid], st, -1)
-                    for (nid, sim), rel, st in zip(found, relevance.tolist(), standing, strict=True)
+                    (nid, nodes.kind[nid].value, sim, relevance[at + i], nodes.agent[nid], standing[at + i], -1)
+                    for i, (nid, sim) in enumerate(found)
                 ]
+                at += len(found)
         return PackedAnswers(answers, None)  # leaves carry no vector
 
     def _fold(self, requests: list[NeighbourRequest]) -> None:

@@ -112,6 +112,13 @@ class VectorIndex:
         result: npt.NDArray[np.float32] = self._matrix[rows] @ vector.astype(np.float32, copy=False)
         return result
 
+    def similarity_rows(self, rows: npt.NDArray[np.intp], vectors: npt.NDArray[np.floating]) -> npt.NDArray[np.float32]:
+        """Cosine of each of ``rows`` with its own row of ``vectors`` (one gather and one product for all)."""
+        if len(rows) == 0:
+            return np.zeros(0, dtype=np.float32)
+        result: npt.NDArray[np.float32] = np.einsum("hd,hd->h", self._matrix[rows], vectors.astype(np.float32, copy=False))
+        return result
+
     def scores(self, query: Vector) -> npt.NDArray[np.float32]:
         """Cosine of ``query`` with every row (dead rows included)."""
         n = self.size

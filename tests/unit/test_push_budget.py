@@ -4,6 +4,7 @@ deliveries explain themselves, and leaf statistics stay in their tenant and surv
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -128,3 +129,43 @@ async def test_leaf_statistics_stay_in_their_tenant_survive_a_restart_and_leave_
     await restarted.erase("agent-t1", [])
     assert (await table.load()).num_rows == 0
     await restarted.close()
+
+
+async def test_a_wave_answered_together_gives_each_frontier_node_what_it_gets_alone(tmp_path: Path) -> None:
+    """A beacon set answers a wave's frontier nodes of every walk together (one product for all the hits'
+    relevance, one pass for their standings); each frontier node gets what a wave of its own gets, with
+    relevance the cosine of the leaf and its walk's diff, and the standing of that relevance for the leaf."""
+    config = BeaconSetConfig(StorageConfig(str(tmp_path / "lance")), 0, DIMS, sweep_interval_s=0, standing_commit_s=0)
+    now = datetime(2030, 1, 2, tzinfo=UTC)
+    beacons = BeaconSet(config)
+    vectors = {}
+    for n in range(12):
+        beacon_id = f"00000000-0000-7000-8000-0000000001{n:02d}"
+        vectors[beacon_id] = unit(100 + n)
+        b = beacon(beacon_id, f"t{n % 2}", vectors[beacon_id])
+        await beacons.place(dataclasses.replace(b, agent_id=f"agent-{n % 3}"), 10)
+    await beacons.neighbours_many([NeighbourRequest(f"t{t}", [], unit(300 + t), 9, None, 8, True) for t in range(2)], now)
+    requests = [
+        NeighbourRequest(
+            f"t{n % 2}",
+            [(f"f{n}-{q}", unit(200 + 5 * n + q)) for q in range(n % 3 + 1)],
+            unit(400 + n),
+            9,
+            None if n % 4 else "agent-1",
+            3 + n % 4,
+        )
+        for n in range(8)
+    ]
+    together = (await beacons.neighbours_many(requests, now)).unpacked()
+    for request, answer in zip(requests, together, strict=True):
+        (alone,) = (await beacons.neighbours_many([request], now)).unpacked()
+        for frontier_id, _ in request.queries:
+            got = answer[frontier_id]
+            assert [c.node_id for c in got] == [c.node_id for c in alone[frontier_id]]
+            assert len(got) <= request.leaf_k and all(c.agent_id != request.exclude_agent for c in got)
+            for c, a in zip(got, alone[frontier_id], strict=True):
+                assert math.isclose(c.relevance, float(vectors[c.node_id] @ request.diff_vector), abs_tol=1e-5)
+                assert math.isclose(c.relevance, a.relevance, abs_tol=1e-6)
+                assert c.standing is not None and a.standing is not None and math.isclose(c.standing, a.standing, abs_tol=1e-5)
+    assert any(answer[f] for answer, r in zip(together, requests, strict=True) for f, _ in r.queries)
+    await beacons.close()
