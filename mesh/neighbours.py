@@ -13,6 +13,7 @@ scene it prunes, and most candidates are pruned).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import chain, repeat
 
 import numpy as np
 import numpy.typing as npt
@@ -50,12 +51,15 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         carried = scores_of.astype(np.float64) >= floors  # compared as the walk compares (Python floats)
         rows_of = np.where(carried, offset + np.cumsum(carried) - 1, -1).tolist()
         relevance = scores_of.tolist()
+        # every hit's row at once (tuples made by zip, in C), then each frontier node's slice of them
+        hits = list(
+            zip(
+                chain.from_iterable(ids), repeat(SCENE), chain.from_iterable(sims), relevance, repeat(None), repeat(None), rows_of
+            )
+        )
         at = 0
-        for (n, frontier_id, _), found, scores in zip(flat, ids, sims, strict=True):
-            answers[n][frontier_id] = [
-                (scene_id, SCENE, sim, relevance[at + i], None, None, rows_of[at + i])
-                for i, (scene_id, sim) in enumerate(zip(found, scores, strict=True))
-            ]
+        for (n, frontier_id, _), found in zip(flat, ids, strict=True):
+            answers[n][frontier_id] = hits[at : at + len(found)]
             at += len(found)
         kept = centroids if carried.all() else centroids[carried]
         matrices.append(kept)
