@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,8 @@ from mesh.model import Cell, Vector
 from mesh.seam import Directory
 
 log = logging.getLogger(__name__)
+
+LAYOUTS_KEPT = 4  # layouts a walker keeps a propagator (and presence view) for, the ones used last
 
 Lookups = Callable[[DirectorySpec], Callable[[], Directory]]  # a spec -> how to find that layout's actors
 
@@ -73,10 +76,9 @@ class Walker:
         self.config = config
         self._lookups = lookups
         self._attached: Directory | None = None
-        self._spec: DirectorySpec | None = None
-        self._propagator: Propagator | None = None
+        self._propagators: OrderedDict[DirectorySpec | None, Propagator] = OrderedDict()  # least recently used first
         self._pulls = Background("presence pull")
-        self._retired: list[Propagator] = []  # of earlier layouts: their traces still drain at close
+        self._retiring = Background("retired propagator")  # evicted layouts' traces drain in the background
         self.walks = 0
         self.messages = 0
         if config.nice > 0:
@@ -91,22 +93,27 @@ class Walker:
         return self._attached
 
     def propagator_for(self, spec: DirectorySpec) -> Propagator:
-        """The propagator of ``spec``'s layout: the current one, or a fresh one (with a fresh presence view,
-        asked of every owner in the background) when a caller sends another layout."""
-        if self._propagator is not None and (self._attached is not None or spec == self._spec):
-            return self._propagator
+        """The propagator of ``spec``'s layout (in-process: the attached directory's, whatever the spec): kept
+        for the ``LAYOUTS_KEPT`` layouts used last, so callers of two layouts (an online resize's old and new
+        shards) reuse theirs; a new one gets a fresh presence view, asked of every owner in the background."""
+        key = None if self._attached is not None else spec
+        found = self._propagators.get(key)
+        if found is not None:
+            self._propagators.move_to_end(key)
+            return found
         if self._attached is not None:
             directory = self._attached_directory
         elif self._lookups is not None:
             directory = functools.cache(self._lookups(spec))  # one directory a layout: its actor handles are kept
         else:
             raise RuntimeError("this walker has no directory to walk with")
-        if self._propagator is not None:
-            self._retired.append(self._propagator)
-        self._spec, self._propagator = spec, Propagator(self.config.propagation, directory)
+        propagator = self._propagators[key] = Propagator(self.config.propagation, directory)
         if self.config.propagation.owner_addressed:
-            self._pulls.spawn(self._propagator.pull_presence())
-        return self._propagator
+            self._pulls.spawn(propagator.pull_presence())
+        while len(self._propagators) > LAYOUTS_KEPT:
+            _, evicted = self._propagators.popitem(last=False)
+            self._retiring.spawn(evicted.close())
+        return propagator
 
     async def walk(self, spec: DirectorySpec, jobs: list[tuple[Cell, Vector]], now: datetime, observe: bool) -> int:
         """Decide the walks of ``jobs`` (written cells, each with the vector its first wave searches around),
@@ -121,13 +128,14 @@ class Walker:
 
     async def note_presence(self, kind: str, index: int, tenants: list[str]) -> None:
         """Owner ``kind:index`` holds ``tenants`` (``mesh.presence``); answered at once."""
-        if self._propagator is not None:
-            self._propagator.presence.note((kind, index), tenants)
+        for propagator in self._propagators.values():  # a view that learns too much only messages more
+            propagator.presence.note((kind, index), tenants)
 
     async def health(self) -> dict[str, int]:
         return {"walks": self.walks, "walk_messages": self.messages, "pid": os.getpid()}
 
     async def close(self) -> None:
         await self._pulls.drain()
-        for propagator in [*self._retired, *([self._propagator] if self._propagator else [])]:
+        for propagator in self._propagators.values():
             await propagator.close()
+        await self._retiring.drain()
