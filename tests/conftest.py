@@ -21,8 +21,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadFileScheduling
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -31,10 +33,41 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-from tests.servers import admin_server, oidc_provider, server  # noqa: E402, F401 - session fixtures for every tier
+from tests.servers import (  # noqa: E402 - the server fixtures, for every tier
+    SHARED,
+    SHARED_FIXTURES,
+    SHARED_SERVER_FILES,
+    admin_server,  # noqa: F401
+    oidc_provider,  # noqa: F401
+    server,  # noqa: F401
+)
+
+
+class SharedServerScheduling(LoadFileScheduling):
+    """``--dist loadfile``, except that every file in ``SHARED_SERVER_FILES`` is one unit of work: those
+    files then run one after another on one process, and each shared server starts once in a run and
+    stops after the last of them (``tests/servers.py``, ``SharedServers``)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        path = nodeid.split("::", 1)[0]
+        return "shared-servers" if path in SHARED_SERVER_FILES else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SharedServerScheduling | None:
+    return SharedServerScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tiers; refuse a file that uses a shared server without being in ``SHARED_SERVER_FILES``
+    (its tests would still pass, but the run would start that server again for it); and order the files
+    that share servers so that each server's files are consecutive: those using only the first shared
+    fixture, then those using both, then those using only the second (every process orders alike)."""
+    SHARED.users = {name: {item.path for item in items if name in getattr(item, "fixturenames", ())} for name in SHARED_FIXTURES}
+    unlisted = {str(p.relative_to(ROOT)) for p in set().union(*SHARED.users.values())} - SHARED_SERVER_FILES
+    if unlisted:
+        raise pytest.UsageError(f"add {sorted(unlisted)} to SHARED_SERVER_FILES in tests/servers.py")
+    first, second = (SHARED.users[name] for name in SHARED_FIXTURES)
+    items.sort(key=lambda item: (item.path in first or item.path in second, item.path not in first, item.path in second))
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "ray" in parts:
@@ -44,6 +77,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         elif "adversarial" in parts:
             item.add_marker(pytest.mark.e2e)
             item.add_marker(pytest.mark.adversarial)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest tears the finished test's fixtures down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    SHARED.next_item = nextitem  # a shared server outlives its module only if the next test's file uses it
 
 
 @pytest.fixture(autouse=True)
@@ -64,6 +102,9 @@ def ray_address() -> Iterator[str]:
     import ray
 
     os.environ.setdefault("RAY_worker_niceness", "0")  # as ``memesh serve`` starts its local Ray (cluster/serve.py)
+    # Ray's per-handler timing of its event loops (for its debug dumps, which no test reads): an idle actor
+    # process spent about a fifth of its CPU on it, and a run keeps dozens of actor processes alive.
+    os.environ.setdefault("RAY_event_stats", "0")
     context = ray.init(namespace="memesh-tests", include_dashboard=False, num_cpus=2, log_to_driver=False)
     try:
         yield str(context.address_info["gcs_address"])

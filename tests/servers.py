@@ -218,14 +218,66 @@ def enter_when_admitted(stack: ExitStack, opener: Callable[[], AbstractContextMa
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
+class SharedServers:
+    """Servers that consecutive test modules share, each started at its first use and stopped as soon as
+    the next test's file does not use it.
+
+    A deployment alive and idle still costs CPU: Ray's timers took about 8 ms a second in each of its
+    actor processes. Session-scoped, each of these servers lived from its first test to the end of the
+    run on both pytest-xdist processes, and one run's process accounting found some 400 s of CPU (of
+    2,100) spent by idle actors. ``make test`` sends every file in ``SHARED_SERVER_FILES`` to one
+    process as one unit of work (``tests/conftest.py``), ordered so each server's files are consecutive:
+    each server starts once in a run and stops after its last file. Whatever the scheduling, a test
+    gets a running server: one stopped early is started again (on fresh data) by the next module."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, Server] = {}
+        self.users: dict[str, set[Path]] = {}  # fixture -> the test files using it (set at collection, tests/conftest.py)
+        self.next_item: pytest.Item | None = None  # the test after the one being torn down (tests/conftest.py)
+
+    def acquire(self, name: str, start: Callable[[], Server]) -> Server:
+        if name not in self._running:
+            self._running[name] = start()
+        return self._running[name]
+
+    def release(self, name: str) -> None:
+        """Stop ``name`` unless the next test's file uses it too."""
+        following = self.next_item
+        if following is not None and following.path in self.users.get(name, ()):
+            return
+        srv = self._running.pop(name, None)
+        if srv is not None:
+            srv.stop()
+
+
+SHARED = SharedServers()
+SHARED_FIXTURES = ("server", "admin_server")
+SHARED_SERVER_FILES = {  # every test file using one of SHARED_FIXTURES: one unit of work (tests/conftest.py checks)
+    "tests/adversarial/test_stream_revocation.py",
+    "tests/e2e/test_a2a.py",
+    "tests/e2e/test_admin_api.py",
+    "tests/e2e/test_agent_and_operator.py",
+    "tests/e2e/test_cells.py",
+    "tests/e2e/test_console_browser.py",
+    "tests/e2e/test_console_login.py",
+    "tests/e2e/test_data_lifecycle_cli.py",
+    "tests/e2e/test_grpc_data.py",
+    "tests/e2e/test_heads.py",
+    "tests/e2e/test_mcp.py",
+    "tests/e2e/test_mcp_hosts.py",
+    "tests/e2e/test_observatory.py",
+    "tests/e2e/test_propagation.py",
+    "tests/e2e/test_sdk.py",
+}
+
+
+@pytest.fixture(scope="module")
 def server(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server with the real embedding model for the e2e tests that can share it."""
+    """One server with the real embedding model for the e2e tests that can share it (``SharedServers``)."""
     # A small Read bucket (per caller) so the rate-limit test can reach 429 quickly; A2A on (tests/e2e/test_a2a.py).
     env = {"MEMESH_RATE_LIMITS__READ__RATE": "20", "MEMESH_RATE_LIMITS__READ__BURST": "60", "MEMESH_A2A__ENABLED": "1"}
-    srv = Server(tmp_path_factory.mktemp("e2e") / "data", ray_address, "minilm", env).start()
-    yield srv
-    srv.stop()
+    yield SHARED.acquire("server", lambda: Server(tmp_path_factory.mktemp("e2e") / "data", ray_address, "minilm", env).start())
+    SHARED.release("server")
 
 
 def audit_rows(server: Server) -> list[dict[str, Any]]:
@@ -354,12 +406,13 @@ def console_login(base_url: str, provider: OidcProvider, subject: str) -> httpx.
     return steps.client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def admin_server(ray_address: str, tmp_path_factory: pytest.TempPathFactory, oidc_provider: OidcProvider) -> Iterator[Server]:
     """A server with the operator console on (hash engine), logging in with ``oidc_provider``;
-    ``root-operator`` is its bootstrap ServiceAdmin subject."""
+    ``root-operator`` is its bootstrap ServiceAdmin subject. Shared as ``server`` is (``SharedServers``)."""
     # A batch is charged per cell: the reembed test writes 512 cells in a few seconds.
     env = {**oidc_provider.console_env(), "MEMESH_OBSERVATORY__ENABLED": "true", "MEMESH_RATE_LIMITS__WRITE__BURST": "1000"}
-    srv = Server(tmp_path_factory.mktemp("console") / "data", ray_address, "hash", env).start()
-    yield srv
-    srv.stop()
+    yield SHARED.acquire(
+        "admin_server", lambda: Server(tmp_path_factory.mktemp("console") / "data", ray_address, "hash", env).start()
+    )
+    SHARED.release("admin_server")
