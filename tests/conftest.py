@@ -59,13 +59,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> SharedServer
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the tiers; refuse a file that uses a shared server without being in ``SHARED_SERVER_FILES``
-    (its tests would still pass, but the run would start that server again for it); and order the files
+    (its tests would still pass, but the run would start that server again for it), or one listed there
+    that uses none (it would hold the shared files' process for nothing); and order the files
     that share servers so that each server's files are consecutive: those using only the first shared
     fixture, then those using both, then those using only the second (every process orders alike)."""
     SHARED.users = {name: {item.path for item in items if name in getattr(item, "fixturenames", ())} for name in SHARED_FIXTURES}
-    unlisted = {str(p.relative_to(ROOT)) for p in set().union(*SHARED.users.values())} - SHARED_SERVER_FILES
-    if unlisted:
-        raise pytest.UsageError(f"add {sorted(unlisted)} to SHARED_SERVER_FILES in tests/servers.py")
+    sharing = {str(p.relative_to(ROOT)) for p in set().union(*SHARED.users.values())}
+    if sharing - SHARED_SERVER_FILES:
+        raise pytest.UsageError(f"add {sorted(sharing - SHARED_SERVER_FILES)} to SHARED_SERVER_FILES in tests/servers.py")
+    stale = {str(item.path.relative_to(ROOT)) for item in items} & SHARED_SERVER_FILES - sharing
+    if stale:
+        raise pytest.UsageError(f"{sorted(stale)} use no shared server: take them out of SHARED_SERVER_FILES")
     first, second = (SHARED.users[name] for name in SHARED_FIXTURES)
     items.sort(key=lambda item: (item.path in first or item.path in second, item.path not in first, item.path in second))
     for item in items:
