@@ -13,12 +13,10 @@ HOSTS_STAMP := tests/hosts/node_modules/.installed
 
 install: $(STAMP)
 
-# --no-compile: byte-compiling all 24,000 files of the dependencies took about 60 s of CPU at every install;
-# Python compiles (and caches) only the modules a process imports, at its first import of each.
 $(STAMP): pyproject.toml constraints.txt sdk/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[dev]' -e ./sdk
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]' -e ./sdk
 	touch $(STAMP)
 
 $(OIDC_STAMP): tests/oidc/package.json tests/oidc/package-lock.json
