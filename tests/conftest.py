@@ -71,7 +71,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if stale:
         raise pytest.UsageError(f"{sorted(stale)} use no shared server: take them out of SHARED_SERVER_FILES")
     first, second = (SHARED.users[name] for name in SHARED_FIXTURES)
-    items.sort(key=lambda item: (item.path in first or item.path in second, item.path not in first, item.path in second))
+    # 0: no shared server, 1: the first only, 2: both, 3: the second only (a stable sort keeps each file's order)
+    items.sort(
+        key=lambda item: {(False, False): 0, (True, False): 1, (True, True): 2, (False, True): 3}[
+            (item.path in first, item.path in second)
+        ]
+    )
     for item in items:
         parts = Path(str(item.fspath)).parts
         if "ray" in parts:

@@ -232,12 +232,22 @@ class SharedServers:
 
     def __init__(self) -> None:
         self._running: dict[str, Server] = {}
+        self._failed: dict[str, BaseException] = {}  # a start that failed fails every later module at once
         self.users: dict[str, set[Path]] = {}  # fixture -> the test files using it (set at collection, tests/conftest.py)
         self.next_item: pytest.Item | None = None  # the test after the one being torn down (tests/conftest.py)
 
     def acquire(self, name: str, start: Callable[[], Server]) -> Server:
+        """The running server ``name``, started now if none runs. A start that failed is not tried again:
+        each of the fifteen files would wait out its own start timeout (the session fixture it replaced
+        failed once, and pytest gave every later test that error)."""
+        if name in self._failed:
+            raise AssertionError(f"the shared server {name} failed to start earlier in this run") from self._failed[name]
         if name not in self._running:
-            self._running[name] = start()
+            try:
+                self._running[name] = start()
+            except BaseException as exc:
+                self._failed[name] = exc
+                raise
         return self._running[name]
 
     def release(self, name: str) -> None:

@@ -38,3 +38,20 @@ def test_a_shared_server_lives_across_consecutive_files_and_restarts_when_asked_
     shared.users["server"].discard(Path("other.py"))
     assert use(None).n == 2  # c asks again after the stop: a fresh one; the run ends
     assert log == ["start 1", "stop 1", "start 2", "stop 2"]
+
+
+def test_a_start_that_failed_is_not_tried_again() -> None:
+    shared, starts = SharedServers(), list[int]()
+
+    def broken() -> Any:
+        starts.append(1)
+        raise AssertionError("memesh serve not healthy")
+
+    for _ in range(3):
+        try:
+            shared.acquire("server", broken)
+        except AssertionError:
+            pass
+        else:
+            raise AssertionError("a broken start was answered with a server")
+    assert starts == [1]
