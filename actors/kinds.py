@@ -72,6 +72,21 @@ HEAD_ROSTER: ActorKind[HeadRosterActor] = ActorKind("head_roster", HeadRoster, _
 CONSOLE_STATE: ActorKind[ConsoleStateActor] = ActorKind("console_state", ConsoleState, _methods(ConsoleStateActor), False)
 EMBEDDER: ActorKind[EmbedderActor] = ActorKind("embedder", EmbedderWorker, _methods(EmbedderActor), True)
 WALKER: ActorKind[WalkerActor] = ActorKind("walker", Walker, _methods(WalkerActor), True)
+KIND_BY_NAME: dict[str, ActorKind[Any]] = {
+    kind.name: kind
+    for kind in (
+        SCENE_SHARD,
+        BEACON_SET,
+        INBOX_SHARD,
+        REGISTRY,
+        OBSERVATORY,
+        AUDIT_LOG,
+        HEAD_ROSTER,
+        CONSOLE_STATE,
+        EMBEDDER,
+        WALKER,
+    )
+}
 
 
 def _conforming(

@@ -10,7 +10,8 @@ every actor method is idempotent (walkers excepted: their caller retries, see
 ``_KIND_OPTIONS``). They ask for no CPU: they are I/O-bound and a 2-core
 machine must hold all of them. Their processes run at the niceness Ray gives
 its workers (``RAY_worker_niceness``; ``memesh serve`` starts a local Ray with 0),
-the walkers' a step lower (``actors.walker``).
+the walkers' a step lower (``actors.walker``). The hot methods of an actor on the
+caller's own node go through its lane (``actors.node_lane``) once one is open.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from actors.heap import keep_pauses_short
-from actors.kinds import ActorKind, ActorProxy, TypedDirectory, retire_partitioned
+from actors.kinds import KIND_BY_NAME, ActorKind, ActorProxy, TypedDirectory, retire_partitioned
+from actors.node_lane import LANE_METHODS, LaneAddress, LaneBroken, LaneRetry, Lanes, LaneServer, lane_directory
 from actors.partition_gate import PartitionGate
 from actors.storage import warm_up
 from mesh.deployment import DirectorySpec
 from mesh.errors import InternalError, MemeshError, TimedOut, Unavailable
 from mesh.layout import KINDS
 from mesh.seam import every_actor, partitioned_actors
+
+log = logging.getLogger(__name__)
 
 _ACTOR_OPTIONS: dict[str, Any] = {
     "num_cpus": 0,
@@ -49,29 +53,77 @@ _KIND_OPTIONS: dict[str, dict[str, Any]] = {"walker": {"max_task_retries": 0}}
 
 
 @functools.cache
-def hosted(cls: type) -> type:
+def hosted(cls: type, lane_methods: frozenset[str] = frozenset()) -> type:
     """``cls`` as Ray runs it: the same class (name, methods, arguments), whose process keeps its
-    garbage-collection pauses short (``actors.heap``) from the moment the actor is made, restarts included."""
+    garbage-collection pauses short (``actors.heap``) from the moment the actor is made, restarts included,
+    and which serves ``lane_methods`` on a lane of its node (``lane_address``) once a caller asks for one."""
 
     init = cls.__init__  # type: ignore[misc]  # the class's own, called on an instance of exactly this class
 
     def start(self: Any, *args: Any, **kwargs: Any) -> None:
         keep_pauses_short()
         init(self, *args, **kwargs)
+        self._node_lane = None
 
-    return type(cls.__name__, (cls,), {"__init__": start, "__qualname__": cls.__qualname__, "__module__": cls.__module__})
+    async def lane_address(self: Any) -> LaneAddress | None:
+        """Where this actor's lane listens (opened at the first ask, on this actor's event loop); None: no lane."""
+        if not lane_methods:
+            return None
+        if self._node_lane is None:
+            self._node_lane = asyncio.get_running_loop().create_task(_open_lane(self, lane_methods))
+        server: LaneServer | None = await asyncio.shield(self._node_lane)  # the actor holds it: it serves while held
+        return None if server is None else server.address
+
+    namespace = {"__init__": start, "lane_address": lane_address, "__qualname__": cls.__qualname__, "__module__": cls.__module__}
+    return type(cls.__name__, (cls,), namespace)
+
+
+async def _open_lane(target: object, methods: frozenset[str]) -> LaneServer | None:
+    try:
+        directory = lane_directory()
+        if directory is None:
+            return None
+        server = LaneServer(target, methods, ray.get_runtime_context().get_node_id())
+        await server.start(directory)
+        return server
+    except OSError:
+        log.warning("no lane for this actor: it is called through Ray only", exc_info=True)
+        return None
 
 
 class RayActor(ActorProxy):
-    """A named Ray actor; Ray failures become the memesh error vocabulary."""
+    """A named Ray actor; Ray failures become the memesh error vocabulary. A method its kind serves on a lane
+    goes through the actor's lane when ``lanes`` has one open (``actors.node_lane``), through Ray otherwise."""
 
-    def __init__(self, handle: Any, kind: ActorKind[Any], name: str, gate: PartitionGate | None = None) -> None:
+    def __init__(
+        self, handle: Any, kind: ActorKind[Any], name: str, gate: PartitionGate | None = None, lanes: Lanes | None = None
+    ) -> None:
         super().__init__(kind, name, gate)
         self.handle = handle
+        self.lanes = lanes
+        self._lane_methods = LANE_METHODS.get(kind.name, {}) if lanes is not None else {}
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        retry = self._lane_methods.get(method)
+        if retry is not None and self.lanes is not None:
+            lane = self.lanes.lane(self.name, self._lane_address)
+            if lane is not None:
+                try:
+                    answer = await lane.invoke(method, args, kwargs)
+                except LaneBroken:
+                    if retry is LaneRetry.NONE:
+                        raise Unavailable(f"{self.name} is unavailable") from None
+                    self.lanes.fell_back += 1
+                else:
+                    self.lanes.answered += 1
+                    return answer
         with memesh_errors(self.name, method):
             return await getattr(self.handle, method).remote(*args, **kwargs)
+
+    async def _lane_address(self) -> LaneAddress | None:
+        with memesh_errors(self.name, "lane_address"):
+            address: LaneAddress | None = await self.handle.lane_address.remote()
+            return address
 
 
 @contextlib.contextmanager
@@ -104,16 +156,19 @@ class RayDirectory(TypedDirectory):
         plan: dict[str, tuple[type, tuple[Any, ...]]] | None = None,
         detached: bool = False,
         spread: bool = False,
+        lanes: bool = True,
     ) -> None:
         """Several heads may build one with the same ``plan``: the first creates the actors, the others
         attach to them (``get_if_exists``). ``detached`` actors outlive the head that created them (heads
         joined to a Ray cluster come and go); otherwise they share that head's fate (one machine).
         ``spread`` places them across the cluster's nodes (Ray's ``SPREAD`` strategy) instead of where Ray
-        packs them; either way an actor whose node is lost restarts on another and reloads from storage."""
+        packs them; either way an actor whose node is lost restarts on another and reloads from storage.
+        ``lanes``: call the hot methods of actors on this node through their lanes (``actors.node_lane``)."""
         if not ray.is_initialized():
             raise RuntimeError("connect to Ray before building a RayDirectory")
         self.spec = spec
         self.gate = PartitionGate()
+        self.lanes = Lanes(ray.get_runtime_context().get_node_id()) if lanes else None
         self._handles: dict[str, Any] = {}
         self._prepared: dict[str, Any] = {}  # name -> actor started ahead of a move (``prepare_partitions``)
         self._extra: dict[str, Any] = {"lifetime": "detached"} if detached else {}
@@ -136,8 +191,11 @@ class RayDirectory(TypedDirectory):
             name = self._named(planned, epoch)
             if name in self._handles:
                 continue
-            kind_options = {**_ACTOR_OPTIONS, **_KIND_OPTIONS.get(planned.split(":")[0], {})}
-            options: Any = ray.remote(hosted(cls)).options(
+            kind = planned.split(":")[0]
+            kind_options = {**_ACTOR_OPTIONS, **_KIND_OPTIONS.get(kind, {})}
+            known = KIND_BY_NAME.get(kind)
+            lane_methods = frozenset(LANE_METHODS.get(kind, {})) if known is not None and known.cls is cls else frozenset()
+            options: Any = ray.remote(hosted(cls, lane_methods)).options(
                 name=name, namespace=self.spec.namespace, get_if_exists=True, **kind_options, **extra
             )
             self._handles[name] = options.remote(*args)
@@ -151,6 +209,8 @@ class RayDirectory(TypedDirectory):
             with contextlib.suppress(Exception):  # already gone is what we want
                 ray.kill(actor.handle, no_restart=True)
             self._handles.pop(actor.name, None)
+            if self.lanes is not None:
+                self.lanes.forget(actor.name)
 
     async def prepare_partitions(self, spec: DirectorySpec, plan: dict[str, tuple[type, tuple[Any, ...]]]) -> None:
         """Start the partitioned actors of ``spec``'s epoch ahead of a move and wait (bounded) until their
@@ -208,10 +268,12 @@ class RayDirectory(TypedDirectory):
                 handle = self._handles[name] = ray.get_actor(name, namespace=self.spec.namespace)
             except ValueError as exc:
                 raise Unavailable(f"{name} is not running") from exc
-        return RayActor(handle, kind, name, self.gate)
+        return RayActor(handle, kind, name, self.gate, self.lanes)
 
     async def close(self, last: bool = True) -> None:
         """The last head drains and stops every actor; another head only lets go of its handles."""
+        if self.lanes is not None:
+            self.lanes.close()
         if not last:
             self._handles.clear()
             return
@@ -228,9 +290,10 @@ class RayLookup:
     """A picklable way for an actor to find the others: ``RayLookup(spec)()`` is a lookup-only directory."""
 
     spec: DirectorySpec
+    lanes: bool = True
 
     def __call__(self) -> RayDirectory:
-        return RayDirectory(self.spec)
+        return RayDirectory(self.spec, lanes=self.lanes)
 
 
 def connect(address: str | None, namespace: str) -> None:

@@ -119,7 +119,7 @@ def actor_plan(
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     nice = 0 if lookup is None else prop.walker_nice  # in process, never: the walker would share the head's process
-    walker_lookups = None if lookup is None else ray_lookups()
+    walker_lookups = None if lookup is None else ray_lookups(settings.ray.node_lanes)
     for i in range(settings.walker_pool):
         plan[f"walker:{i}"] = (Walker, (WalkerConfig(propagation, i, nice), walker_lookups))
     for i in range(layout.counts["beacon_set"]):
@@ -167,7 +167,9 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
     connect(settings.ray.address, settings.ray.namespace)
     running = deployment_running(spec)
     ray_settings = settings.ray
-    directory = RayDirectory(spec, registry_plan(settings), ray_settings.detached, ray_settings.placement == "spread")
+    directory = RayDirectory(
+        spec, registry_plan(settings), ray_settings.detached, ray_settings.placement == "spread", ray_settings.node_lanes
+    )
     # The registry (the manifest's one writer) settles the layout, resizing first if the counts changed.
     settled = directory.call_now(REGISTRY, "settle_layout", wanted, dims, running)
     directory.spec = spec = spec.following(settled.layout)  # route by the assignment in force
@@ -175,7 +177,7 @@ def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:
     # them. Otherwise they share its fate (one machine; ``--workers`` heads attach to the first head's Ray).
     # ``ray.placement``: "spread" puts the actors on as many nodes as the cluster has (a lost node then
     # takes a fraction of them, restarted elsewhere from shared storage); "pack" keeps Ray's default.
-    directory.create(actor_plan(settings, dims, RayLookup(spec), settled.layout))
+    directory.create(actor_plan(settings, dims, RayLookup(spec, ray_settings.node_lanes), settled.layout))
     return directory, settled
 
 
@@ -249,21 +251,21 @@ def build_memesh(settings: Settings) -> Memesh:
 
 def plan_for(settings: Settings, dims: int, layout: Layout, spec: DirectorySpec) -> dict[str, tuple[type, tuple[Any, ...]]]:
     """The actors of ``layout`` (an online resize starts its partitioned ones: ``head.partition_resizer``)."""
-    lookup = None if settings.ray.in_process else ray_lookup(spec)
+    lookup = None if settings.ray.in_process else ray_lookup(spec, settings.ray.node_lanes)
     return actor_plan(settings, dims, lookup, layout)
 
 
-def ray_lookup(spec: DirectorySpec) -> Callable[[], Directory]:
+def ray_lookup(spec: DirectorySpec, lanes: bool = True) -> Callable[[], Directory]:
     from actors.ray_directory import RayLookup
 
-    return RayLookup(spec)
+    return RayLookup(spec, lanes)
 
 
-def ray_lookups() -> Lookups:
+def ray_lookups(lanes: bool = True) -> Lookups:
     """How a walker finds the actors of the layout a scene shard sends it (a new one after an online resize)."""
     from actors.ray_directory import RayLookup
 
-    return RayLookup
+    return partial(RayLookup, lanes=lanes)
 
 
 async def start_core(memesh: Memesh, settings: Settings) -> Path | None:

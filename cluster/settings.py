@@ -52,6 +52,9 @@ class RaySettings(Section):
     in_process: bool = False  # run every actor inside the server process (no Ray); for notebooks and debugging
     detached: bool = False  # actors outlive the head that made them: for several heads joined to one cluster
     placement: Literal["pack", "spread"] = "pack"  # spread: actors across the cluster's nodes (Ray's SPREAD strategy)
+    # The hot calls (searches, writes, waves, deliveries, encodes) to an actor on the caller's own node go
+    # through a Unix socket the actor serves (actors.node_lane) instead of a Ray task; false: Ray for all.
+    node_lanes: bool = True
 
 
 DEFAULT_POOL_MAX = 4  # model copies by default: past it, each copy gets more threads instead (memory: ~0.7 GB a copy)
