@@ -75,7 +75,14 @@ LANE_METHODS: dict[str, dict[str, LaneRetry]] = {
         "get_cell": LaneRetry.RAY,
     },
     "beacon_set": {"neighbours_many": LaneRetry.NONE},  # may carry agent-node moves: the walk queue retries without
-    "inbox_shard": {"deliver": LaneRetry.RAY},  # idempotent by delivery id
+    "inbox_shard": {  # deliveries are idempotent by delivery id; cursors only move forward
+        "deliver": LaneRetry.RAY,
+        "pull": LaneRetry.RAY,
+        "next_page": LaneRetry.RAY,  # the stream's long poll
+        "wait": LaneRetry.RAY,
+        "ack": LaneRetry.RAY,
+        "cursor": LaneRetry.RAY,
+    },
     "embedder": {"encode": LaneRetry.RAY},
     "walker": {"walk": LaneRetry.NONE},  # Ray does not retry it either: its caller does, without the moves
 }

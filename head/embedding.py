@@ -53,6 +53,9 @@ class EmbeddingEngine(Protocol):
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
 
+HASH_INLINE_TEXTS = 16  # a batch of the hash engine up to this size is encoded on the event loop (under a millisecond)
+
+
 class HashEngine:
     """Signed feature hashing of lower-cased words and adjacent word pairs."""
 
@@ -423,6 +426,8 @@ class Embedder:
         try:
             if isinstance(self.engine, PooledEngine):  # the model runs in embedder actors: nothing to block on here
                 vectors = await self.engine.encode_async(texts)
+            elif isinstance(self.engine, HashEngine) and len(texts) <= HASH_INLINE_TEXTS:
+                vectors = self.engine.encode(texts)  # tens of microseconds a text: less than a hop to the thread
             else:
                 vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.encode, texts)
         except Exception:  # every waiter learns of it

@@ -191,24 +191,30 @@ class LexicalIndex:
         docs = np.bincount(projects[live_rows], minlength=width).astype(np.float64)
         lengths = np.bincount(projects[live_rows], weights=self._length[:n][live_rows], minlength=width)
         average = np.divide(lengths, docs, out=np.ones(width), where=docs > 0)
-        for term, weight in counted.items():
-            postings = self._postings.get(term)
-            if postings is None:
-                continue
-            rows = np.frombuffer(postings.rows, dtype=np.int32)
-            counts = np.frombuffer(postings.counts, dtype=np.int32)
-            inside = rows < n
-            rows, counts = rows[inside], counts[inside]
-            alive = live_rows[rows]
-            frequency = np.bincount(projects[rows[alive]], minlength=width).astype(np.float64)
-            idf = np.log1p((docs - frequency + 0.5) / (frequency + 0.5))
-            chosen = allowed[rows] & alive
-            rows, counts = rows[chosen], counts[chosen].astype(np.float32)
-            if rows.size == 0:
-                continue
-            project = projects[rows]
-            norm = k1 * (1.0 - b + b * self._length[rows] / average[project].astype(np.float32))
-            total[rows] += weight * idf[project].astype(np.float32) * counts * (k1 + 1.0) / (counts + norm)
+        # Every term's postings at once (a handful of numpy calls per query, not per term): each posting's
+        # term position, row and count, then per (term, project) the document frequency and idf.
+        found = [(weight, self._postings[term]) for term, weight in counted.items() if term in self._postings]
+        if not found:
+            return total
+        rows = np.concatenate([np.frombuffer(p.rows, dtype=np.int32) for _, p in found])
+        counts = np.concatenate([np.frombuffer(p.counts, dtype=np.int32) for _, p in found])
+        term = np.repeat(np.arange(len(found)), [len(p.rows) for _, p in found])
+        inside = rows < n
+        rows, counts, term = rows[inside], counts[inside], term[inside]
+        alive = live_rows[rows]
+        cell = term * width + projects[rows]  # (term, project) of each posting
+        frequency = np.bincount(cell[alive], minlength=len(found) * width).astype(np.float64).reshape(len(found), width)
+        idf = np.log1p((docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
+        chosen = allowed[rows] & alive
+        rows, counts, term, cell = rows[chosen], counts[chosen].astype(np.float32), term[chosen], cell[chosen]
+        if rows.size == 0:
+            return total
+        weights = np.array([weight for weight, _ in found], dtype=np.float32)
+        project = projects[rows]
+        norm = k1 * (1.0 - b + b * self._length[rows] / average[project].astype(np.float32))
+        gain = weights[term] * idf.ravel()[cell] * counts * (k1 + 1.0) / (counts + norm)
+        # summed per row in term order (the query's), as adding one term's array after another would
+        total += np.bincount(rows, weights=gain, minlength=n)[:n].astype(np.float32)
         return total
 
     def _grow(self, row: int) -> None:
