@@ -84,6 +84,7 @@ LANE_METHODS: dict[str, dict[str, LaneRetry]] = {
         "cursor": LaneRetry.RAY,
     },
     "embedder": {"encode": LaneRetry.RAY},
+    "observatory": {"record_walks": LaneRetry.NONE},  # a repeat would keep the events twice; a loss is logged
     "walker": {"walk": LaneRetry.NONE},  # Ray does not retry it either: its caller does, without the moves
 }
 

@@ -175,6 +175,42 @@ async def test_a_journaled_write_waits_for_storage_within_a_bound() -> None:
         behind.close()
 
 
+async def test_journaled_writes_under_load_share_commits_one_window_apart() -> None:
+    """A commit costs the same CPU for one row or sixty-four: under load, the records accepted within a window
+    go in one commit (the first after ``delay_s``, the next ``window_s`` after it began), and each leaves the
+    journal once its commit landed; a lone write later is committed ``delay_s`` after it, as before."""
+    commits: list[list[object]] = []
+
+    async def commit(items: list[object]) -> None:
+        commits.append(items)
+
+    with TemporaryDirectory() as directory:
+        committer: GroupCommitter[object] = GroupCommitter(commit, 0.0, 1000)
+        behind = CommitBehind(
+            WriteJournal(Path(directory), "p", False), committer, Background("test"), "test", 0.01, 100, window_s=0.3
+        )
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for n in range(40):  # 40 writes over about 0.4 s
+            behind.accept(rows(f"w{n}"), [f"w{n}"])
+            await asyncio.sleep(0.01)
+        while behind.outstanding:
+            await asyncio.sleep(0.01)
+            assert loop.time() - started < 5
+        assert [item for batch in commits for item in batch] == [f"w{n}" for n in range(40)]
+        assert len(commits) <= 3, [len(batch) for batch in commits]  # not forty
+        await asyncio.sleep(0.4)
+        commits.clear()
+        lone = loop.time()
+        behind.accept(rows("alone"), ["alone"])
+        for _ in range(100):
+            if not behind.outstanding:
+                break
+            await asyncio.sleep(0.005)
+        assert commits == [["alone"]] and loop.time() - lone < 0.2
+        behind.close()
+
+
 async def test_a_replay_fills_a_column_added_since_the_journal_was_written(tmp_path: Path) -> None:
     store = await LanceStore.open(StorageConfig(str(tmp_path / "lance")))
     cells = await store.keyed("scene_shard_0_cells", cell_schema(DIMS), "id", identity="id")
