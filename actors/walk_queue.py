@@ -9,7 +9,8 @@ Guarantees:
   walk moves no agent node a second time). The records are soft state,
   committed at most once per ``soft_window_s`` (a LanceDB commit costs more CPU
   than a walk): a crash replays at most that much of walks already done.
-- A failed batch is retried twice, then left for the next restart's replay.
+- A failed batch is retried with growing pauses for about 20 s (a killed walker is noticed and restarted
+  by Ray within seconds; until then its calls fail at once), then left for the next restart's replay.
 - ``quiesce(ids)``: when it returns no walk of ``ids`` is queued or running,
   and none starts again (an erase can then count and remove what they made).
 """
@@ -32,6 +33,8 @@ from mesh.model import Cell, Vector
 from mesh.partition import MemoryPartition
 
 log = logging.getLogger(__name__)
+
+RETRY_PAUSES_S = (0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 8.0)  # between the attempts of a failed batch
 
 WalkBatch = Callable[[list[tuple[Cell, Vector]], datetime, bool], Awaitable[object]]
 """Run these walks (cell, vector of the first wave), delivering what they reach; ``observe``: also move the
@@ -172,7 +175,7 @@ class WalkQueue:
         jobs = [(cell, cell.embedding) for cell in batch]  # the first wave searches around the written cell
         replay = [job for job in jobs if job[0].id in self._replayed]
         fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
-        for attempt in range(3):
+        for attempt, pause in enumerate((*RETRY_PAUSES_S, None)):
             try:
                 now = datetime.now(UTC)
                 if fresh_jobs:
@@ -180,11 +183,11 @@ class WalkQueue:
                 if replay:
                     await self._walk(replay, now, False)
                 break
-            except Exception:  # an owner restarting: retry, then leave it to the replay at restart
+            except Exception:  # a walker or an owner restarting: retry, then leave it to the replay at restart
                 log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
-                await asyncio.sleep(0.2 * (attempt + 1))
-        else:
-            return
+                if pause is None:
+                    return
+                await asyncio.sleep(pause)
         partition = self._partition()
         fresh = [cell.id for cell in batch if cell.id not in self._walked and cell.id in partition.cells]
         self._walked.update(fresh)
