@@ -4,42 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import ray
 
 from actors.ray_directory import RayDirectory
-from cluster.compose import build_memesh
 from cluster.settings import Settings
 from head.facade import Memesh
 from mesh.errors import MemeshError, NotFound, Unauthorized
-from mesh.identity import Principal, Role
+from mesh.identity import Principal
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
 from mesh.seam import every_actor
-
-ADMIN = Principal(agent_id="00000000-0000-7000-8000-000000000001", tenant_id="system", roles=frozenset({Role.SERVICE_ADMIN}))
-
-
-@pytest.fixture
-async def core(ray_address: str, tmp_path: Path) -> AsyncIterator[Memesh]:
-    settings = Settings(
-        ray={"address": ray_address, "namespace": f"test-{uuid.uuid4().hex[:8]}", "scene_shards": 2},
-        embedding={"engine": "hash"},
-        storage={"data_dir": tmp_path / "data", "commit_window_ms": 1},
-    )
-    memesh = build_memesh(settings)
-    assert isinstance(memesh.directory, RayDirectory)
-    yield memesh
-    await memesh.close()
-
-
-async def writer(memesh: Memesh, tenant: str = "t1") -> Principal:
-    issued = await memesh.identity.issue(ADMIN, tenant, "writer", ["Writer"])
-    return await memesh.identity.authenticate(issued.plaintext_secret)
+from tests.ray.agents import ADMIN, writer
 
 
 async def kill(memesh: Memesh, ref_name: str) -> None:

@@ -4,37 +4,18 @@ their lanes, answer what Ray answers, and a lane lost with its actor costs no ca
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import fields
-from pathlib import Path
-
-import pytest
 
 from actors.ray_directory import RayActor, RayDirectory
-from cluster.compose import build_memesh
-from cluster.settings import Settings
 from head.facade import Memesh
 from mesh.errors import MemeshError
-from mesh.identity import Principal, Role
+from mesh.identity import Principal
 from mesh.model import Cell, CellType, NewCell
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
-
-ADMIN = Principal(agent_id="00000000-0000-7000-8000-000000000001", tenant_id="system", roles=frozenset({Role.SERVICE_ADMIN}))
-
-
-@pytest.fixture
-async def core(ray_address: str, tmp_path: Path) -> AsyncIterator[Memesh]:
-    settings = Settings(
-        ray={"address": ray_address, "namespace": f"test-{uuid.uuid4().hex[:8]}", "scene_shards": 2},
-        embedding={"engine": "hash"},
-        storage={"data_dir": tmp_path / "data", "commit_window_ms": 1},
-    )
-    memesh = build_memesh(settings)
-    yield memesh
-    await memesh.close()
+from tests.ray.agents import writer
 
 
 def lanes_of(memesh: Memesh) -> RayDirectory:
@@ -57,8 +38,7 @@ async def until_lanes_open(memesh: Memesh, principal: Principal, text: str) -> N
 
 
 async def test_a_lane_answers_what_ray_answers(core: Memesh) -> None:
-    issued = await core.identity.issue(ADMIN, "t1", "writer", ["Writer"])
-    principal = await core.identity.authenticate(issued.plaintext_secret)
+    principal = await writer(core)
     specs = [NewCell(content=f"lane fact {i} about the payment service", cell_type=CellType.FACT) for i in range(30)]
     await core.memory.write_cells(principal, specs)
     await until_lanes_open(core, principal, "payment service")
@@ -96,8 +76,7 @@ async def test_a_killed_shard_costs_its_lane_no_call_and_no_acknowledged_write(c
     """Searches and writes in flight on a lane when its scene shard is killed (SIGKILL: its socket closes
     with it) are repeated through Ray, which waits for the restart: every search answers, every write is
     acknowledged and found; the restarted shard opens a new lane and the head takes it."""
-    issued = await core.identity.issue(ADMIN, "t1", "writer", ["Writer"])
-    principal = await core.identity.authenticate(issued.plaintext_secret)
+    principal = await writer(core)
     await core.memory.write_cells(principal, [NewCell(content="a first fact", cell_type=CellType.FACT)])
     await until_lanes_open(core, principal, "first fact")
     directory = lanes_of(core)
@@ -128,11 +107,9 @@ async def test_a_killed_shard_costs_its_lane_no_call_and_no_acknowledged_write(c
 async def test_a_walk_whose_walker_lane_breaks_is_retried_by_its_queue(core: Memesh) -> None:
     """A walker killed while a scene shard's call to it is on its lane: the call is not repeated behind the
     queue's back (it may have moved agent nodes); the walk queue retries the batch and it delivers."""
-    issued = await core.identity.issue(ADMIN, "t-walk", "listener", ["Writer"])
-    listener = await core.identity.authenticate(issued.plaintext_secret)
+    listener = await writer(core, "t-walk", "listener")
     await core.inbox.place_beacon(listener, "replication lag on the primary database")
-    issued = await core.identity.issue(ADMIN, "t-walk", "author", ["Writer"])
-    author = await core.identity.authenticate(issued.plaintext_secret)
+    author = await writer(core, "t-walk", "author")
     directory = lanes_of(core)
     first = await core.memory.write_cells(author, [NewCell(content="replication lag on the primary", cell_type=CellType.FACT)])
     for i in range(directory.spec.scene_shards):
@@ -151,8 +128,6 @@ async def test_a_walk_whose_walker_lane_breaks_is_retried_by_its_queue(core: Mem
         except MemeshError:
             await asyncio.sleep(0.1)
             continue
-        import json
-
         seen = {item["diff"]["cell_id"] for item in json.loads(page.items_json)}
         if seen >= {c.id for c in written}:
             break
