@@ -93,6 +93,10 @@ class LaneBroken(Exception):
     """The lane closed before this call's answer came (its actor died, restarted or closed it)."""
 
 
+class LaneUnfit(Exception):
+    """This call's arguments do not pickle without Ray's serializer: nothing was sent, Ray carries it."""
+
+
 @dataclass(frozen=True, slots=True)
 class LaneAddress:
     """Where a lane listens and the token it wants first; ``node`` names the node it is on (Ray's node id)."""
@@ -247,15 +251,20 @@ class LaneClient:
         return self._broken
 
     async def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The method's answer; its MemeshError raised as is; LaneBroken when the lane closes first."""
+        """The method's answer; its MemeshError raised as is; LaneBroken when the lane closes first;
+        LaneUnfit (nothing sent) when the arguments need more than the standard pickler."""
         if self._broken:
             raise LaneBroken(self.name)
+        try:
+            payload = pickle.dumps((method, args, kwargs), protocol=5)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise LaneUnfit(f"{self.name}.{method}") from exc
         self._next_id += 1
         call_id = self._next_id
         answer: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = answer
         try:
-            self._writer.write(_frame(_CALL, call_id, pickle.dumps((method, args, kwargs), protocol=5)))
+            self._writer.write(_frame(_CALL, call_id, payload))
             await self._writer.drain()
             kind, body = await answer
         except ConnectionError as exc:

@@ -30,7 +30,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutErro
 
 from actors.heap import keep_pauses_short
 from actors.kinds import KIND_BY_NAME, ActorKind, ActorProxy, TypedDirectory, retire_partitioned
-from actors.node_lane import LANE_METHODS, LaneAddress, LaneBroken, LaneRetry, Lanes, LaneServer, lane_directory
+from actors.node_lane import LANE_METHODS, LaneAddress, LaneBroken, LaneRetry, Lanes, LaneServer, LaneUnfit, lane_directory
 from actors.partition_gate import PartitionGate
 from actors.storage import warm_up
 from mesh.deployment import DirectorySpec
@@ -114,6 +114,8 @@ class RayActor(ActorProxy):
                     if retry is LaneRetry.NONE:
                         raise Unavailable(f"{self.name} is unavailable") from None
                     self.lanes.fell_back += 1
+                except LaneUnfit:
+                    pass  # nothing was sent: Ray's serializer carries it
                 else:
                     self.lanes.answered += 1
                     return answer
@@ -252,6 +254,8 @@ class RayDirectory(TypedDirectory):
         self.spec = spec
         for name in [n for n in self._handles if n.split(":")[0] in KINDS]:
             del self._handles[name]
+            if self.lanes is not None:
+                self.lanes.forget(name)
 
     def call_now(self, kind: ActorKind[Any], method: str, *args: Any, timeout_s: float = 600.0) -> Any:
         """Call an actor from synchronous code (a head's start, before its event loop runs): its answer,

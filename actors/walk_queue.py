@@ -9,8 +9,9 @@ Guarantees:
   walk moves no agent node a second time). The records are soft state,
   committed at most once per ``soft_window_s`` (a LanceDB commit costs more CPU
   than a walk): a crash replays at most that much of walks already done.
-- A failed batch is retried with growing pauses for about 20 s (a killed walker is noticed and restarted
-  by Ray within seconds; until then its calls fail at once), then left for the next restart's replay.
+- A batch that fails because an actor is unavailable (a killed walker, until Ray has noticed and restarted
+  it: seconds, during which its calls fail at once) is retried with growing pauses for about 20 s; one
+  that fails otherwise is retried twice. Then it is left for the next restart's replay.
 - ``quiesce(ids)``: when it returns no walk of ``ids`` is queued or running,
   and none starts again (an erase can then count and remove what they made).
 """
@@ -18,6 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Iterable
@@ -29,6 +31,7 @@ from actors.chores import Background
 from actors.group_commit import GroupCommitter
 from actors.schemas import PROPAGATED_SCHEMA
 from actors.storage import RowTable
+from mesh.errors import TimedOut, Unavailable
 from mesh.model import Cell, Vector
 from mesh.partition import MemoryPartition
 
@@ -175,7 +178,8 @@ class WalkQueue:
         jobs = [(cell, cell.embedding) for cell in batch]  # the first wave searches around the written cell
         replay = [job for job in jobs if job[0].id in self._replayed]
         fresh_jobs = [job for job in jobs if job[0].id not in self._replayed]
-        for attempt, pause in enumerate((*RETRY_PAUSES_S, None)):
+        pauses = iter(RETRY_PAUSES_S)
+        for attempt in itertools.count():
             try:
                 now = datetime.now(UTC)
                 if fresh_jobs:
@@ -183,8 +187,12 @@ class WalkQueue:
                 if replay:
                     await self._walk(replay, now, False)
                 break
-            except Exception:  # a walker or an owner restarting: retry, then leave it to the replay at restart
+            except Exception as exc:  # a walker or an owner restarting: retry, then leave it to the replay at restart
                 log.warning("walk batch failed (attempt %d)", attempt + 1, exc_info=True)
+                # An actor restarting (unavailable, or not answering) is waited for; any other failure is
+                # retried twice, as it would most likely fail again, and the queue must not stall on it.
+                waiting = isinstance(exc, (Unavailable, TimedOut)) or attempt < 2
+                pause = next(pauses, None) if waiting else None
                 if pause is None:
                     return
                 await asyncio.sleep(pause)

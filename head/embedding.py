@@ -53,7 +53,9 @@ class EmbeddingEngine(Protocol):
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
 
-HASH_INLINE_TEXTS = 16  # a batch of the hash engine up to this size is encoded on the event loop (under a millisecond)
+# A hash batch of at most this many characters is encoded on the event loop (about a millisecond: less than a
+# thread hop costs a short text); a larger one, which a client can make of long texts, goes to the thread.
+HASH_INLINE_CHARS = 2_048
 
 
 class HashEngine:
@@ -426,7 +428,7 @@ class Embedder:
         try:
             if isinstance(self.engine, PooledEngine):  # the model runs in embedder actors: nothing to block on here
                 vectors = await self.engine.encode_async(texts)
-            elif isinstance(self.engine, HashEngine) and len(texts) <= HASH_INLINE_TEXTS:
+            elif isinstance(self.engine, HashEngine) and sum(map(len, texts)) <= HASH_INLINE_CHARS:
                 vectors = self.engine.encode(texts)  # tens of microseconds a text: less than a hop to the thread
             else:
                 vectors = await asyncio.get_running_loop().run_in_executor(self._executor, self.engine.encode, texts)

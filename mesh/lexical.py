@@ -41,6 +41,7 @@ from mesh.vector_index import BoolMask
 
 MAX_TERMS = 2_048  # terms indexed per text (a cell is at most limits.max_text_chars)
 MAX_QUERY_TERMS = 64  # distinct terms a query scores with: each costs a pass over its postings
+POSTINGS_PER_PASS = 1 << 18  # postings scored in one numpy pass: bounds a query's working memory (tens of MB)
 MAX_WORD = 64  # characters of a word that count: longer words are cut (no stemmer shortens them anyway)
 _WORD = re.compile(r"[^\W_]+")
 
@@ -191,31 +192,53 @@ class LexicalIndex:
         docs = np.bincount(projects[live_rows], minlength=width).astype(np.float64)
         lengths = np.bincount(projects[live_rows], weights=self._length[:n][live_rows], minlength=width)
         average = np.divide(lengths, docs, out=np.ones(width), where=docs > 0)
-        # Every term's postings at once (a handful of numpy calls per query, not per term): each posting's
-        # term position, row and count, then per (term, project) the document frequency and idf.
         found = [(weight, self._postings[term]) for term, weight in counted.items() if term in self._postings]
-        if not found:
-            return total
+        summed = np.zeros(n, dtype=np.float64)
+        chunk: list[tuple[int, _Postings]] = []
+        size = 0
+        for weight, postings in found:  # in the query's order, a bounded number of postings at a time
+            chunk.append((weight, postings))
+            size += len(postings.rows)
+            if size >= POSTINGS_PER_PASS:
+                summed += self._gains(chunk, n, live_rows, allowed, projects, width, docs, average, k1, b)
+                chunk, size = [], 0
+        if chunk:
+            summed += self._gains(chunk, n, live_rows, allowed, projects, width, docs, average, k1, b)
+        total += summed.astype(np.float32)
+        return total
+
+    def _gains(
+        self,
+        found: list[tuple[int, _Postings]],
+        n: int,
+        live_rows: BoolMask,
+        allowed: BoolMask,
+        projects: npt.NDArray[np.int32],
+        width: int,
+        docs: npt.NDArray[np.float64],
+        average: npt.NDArray[np.float64],
+        k1: float,
+        b: float,
+    ) -> npt.NDArray[np.float64]:
+        """Each row's BM25 over the terms of ``found`` (weight, postings), in one pass over their postings (a
+        handful of numpy calls, not a dozen a term): each posting's term, row and count, then per (term,
+        project) the document frequency and idf, then the gains summed per row in the terms' order."""
         rows = np.concatenate([np.frombuffer(p.rows, dtype=np.int32) for _, p in found])
         counts = np.concatenate([np.frombuffer(p.counts, dtype=np.int32) for _, p in found])
-        term = np.repeat(np.arange(len(found)), [len(p.rows) for _, p in found])
+        term = np.repeat(np.arange(len(found), dtype=np.int32), [len(p.rows) for _, p in found])
         inside = rows < n
         rows, counts, term = rows[inside], counts[inside], term[inside]
         alive = live_rows[rows]
-        cell = term * width + projects[rows]  # (term, project) of each posting
+        cell = term * np.int32(width) + projects[rows]  # (term, project) of each posting
         frequency = np.bincount(cell[alive], minlength=len(found) * width).astype(np.float64).reshape(len(found), width)
         idf = np.log1p((docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
         chosen = allowed[rows] & alive
         rows, counts, term, cell = rows[chosen], counts[chosen].astype(np.float32), term[chosen], cell[chosen]
-        if rows.size == 0:
-            return total
         weights = np.array([weight for weight, _ in found], dtype=np.float32)
-        project = projects[rows]
-        norm = k1 * (1.0 - b + b * self._length[rows] / average[project].astype(np.float32))
+        norm = k1 * (1.0 - b + b * self._length[rows] / average[projects[rows]].astype(np.float32))
         gain = weights[term] * idf.ravel()[cell] * counts * (k1 + 1.0) / (counts + norm)
-        # summed per row in term order (the query's), as adding one term's array after another would
-        total += np.bincount(rows, weights=gain, minlength=n)[:n].astype(np.float32)
-        return total
+        summed: npt.NDArray[np.float64] = np.asarray(np.bincount(rows, weights=gain, minlength=n)[:n], dtype=np.float64)
+        return summed
 
     def _grow(self, row: int) -> None:
         size = self._indexed.shape[0]

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mesh import lexical
 from mesh.fusion import fuse
 from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, english_stop_words, query_terms, terms
 from mesh.partition import MemoryPartition
@@ -60,6 +61,23 @@ def test_bm25_matches_the_textbook_formula() -> None:
 
     expected = [term(2, 1, 3), term(1, 2, 2), term(2, 2, 4)]
     assert np.allclose(scores, expected, rtol=1e-5)
+
+
+def test_a_query_over_more_postings_than_a_pass_scores_as_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query's postings are scored a bounded number at a time (its working memory stays bounded whatever
+    the corpus and the terms): the scores are those of a single pass over them all."""
+    index = LexicalIndex()
+    rng = np.random.default_rng(3)
+    words = [f"word{i}" for i in range(40)]
+    for row in range(3000):
+        index.add(row, int(rng.integers(0, 3)), " ".join(rng.choice(words, size=12)))
+    live = rng.random(3000) > 0.1
+    allowed = live & (rng.random(3000) > 0.3)
+    query = [terms(w)[0] for w in words[:30]] + [terms(words[0])[0]]
+    whole = index.scores(query, live, allowed)
+    monkeypatch.setattr(lexical, "POSTINGS_PER_PASS", 500)  # many passes of a few terms each
+    assert np.allclose(index.scores(query, live, allowed), whole, rtol=1e-6)
+    assert (whole > 0).sum() > 1000
 
 
 def test_statistics_are_per_project_and_over_live_rows_only() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.node_lane import LaneAddress, LaneBroken, LaneClient, Lanes, LaneServer, lane_directory
+from actors.node_lane import LaneAddress, LaneBroken, LaneClient, Lanes, LaneServer, LaneUnfit, lane_directory
 from mesh.errors import InternalError, NotFound
 
 
@@ -79,6 +79,16 @@ async def test_errors_cross_the_lane_as_ray_maps_them(lane: tuple[Target, LaneSe
         await client.invoke("secret", (), {})
     assert "secret" not in target.seen
     assert await client.invoke("echo", (1,), {}) == (1, "")  # the lane stays open after refusals
+    client.close()
+
+
+async def test_arguments_only_rays_serializer_can_send_are_left_to_ray(lane: tuple[Target, LaneServer, LaneAddress]) -> None:
+    target, server, address = lane
+    client = await LaneClient.open("shard", address)
+    with pytest.raises(LaneUnfit):
+        await client.invoke("echo", (lambda: None,), {})  # a closure: cloudpickle sends it, pickle does not
+    assert await client.invoke("echo", (3,), {}) == (3, "") and server.calls == 1  # nothing of it was sent
+    assert target.seen == ["echo"]
     client.close()
 
 
