@@ -53,9 +53,7 @@ class EmbeddingEngine(Protocol):
 _WORD = re.compile(r"[\w']+", re.UNICODE)
 
 
-# A hash batch of at most this many characters is encoded on the event loop (about a millisecond: less than a
-# thread hop costs a short text); a larger one, which a client can make of long texts, goes to the thread.
-HASH_INLINE_CHARS = 2_048
+HASH_INLINE_CHARS = 2_048  # a hash batch this long is encoded on the event loop (~1 ms: a thread hop costs more)
 
 
 class HashEngine:
