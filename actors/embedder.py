@@ -10,6 +10,11 @@ Guarantees:
 - The model loads once, on the first call, off the event loop; ``health``
   answers while it loads.
 - An engine failure fails the calls of that batch only (EmbeddingFailed).
+- A call marked ``wide`` (its head had nothing else in flight on the pool) that
+  forms a batch alone runs on ``make_wide``'s engine: the same weights with
+  every usable CPU's threads, so a lone request is not held to this copy's
+  share of the CPUs. The vectors are the engine's (threads do not change them
+  beyond float rounding).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,22 +42,29 @@ Matrix = npt.NDArray[np.float32]
 class EmbedderConfig:
     make_engine: Callable[[], Any]  # picklable (a partial of head.embedding.make_engine): built in the actor
     max_batch: int = 64
+    make_wide: Callable[[], Any] | None = None  # the same engine on every usable CPU, for a lone call (None: never wide)
 
 
 class EmbedderWorker:
     def __init__(self, config: EmbedderConfig) -> None:
         self.config = config
         self._engine: Any = None
-        self._pending: deque[tuple[list[str], asyncio.Future[Matrix]]] = deque()
+        self._wide: Any = None
+        self._pending: deque[tuple[list[str], bool, asyncio.Future[Matrix]]] = deque()
         self._worker: asyncio.Task[None] | None = None
+        # One thread runs the model: torch's OpenMP keeps a thread team per calling thread, and teams of
+        # several callers slow each other (a 2-thread encode took twice as long from a second thread).
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
         self.batches = 0
         self.texts = 0
+        self.wide_batches = 0
 
     async def health(self) -> dict[str, int]:
         return {
             "embed_batches": self.batches,
             "embed_texts": self.texts,
             "embed_pending": len(self._pending),
+            "embed_wide_batches": self.wide_batches,
             "model_threads": getattr(self._engine, "threads_used", 0),  # a model engine's intra-op threads
             "pid": os.getpid(),
         }
@@ -60,15 +73,27 @@ class EmbedderWorker:
         if self._worker is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._worker
+        self._thread.shutdown(wait=False)
 
-    async def encode(self, texts: list[str]) -> Matrix:
+    async def encode(self, texts: list[str], wide: bool = False) -> Matrix:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         future: asyncio.Future[Matrix] = asyncio.get_running_loop().create_future()
-        self._pending.append((texts, future))
+        self._pending.append((texts, wide, future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.get_running_loop().create_task(self._drain())
         return await future
+
+    def _encode(self, texts: list[str], wide: bool) -> Matrix:
+        """In a worker thread: the texts through this copy's engine, or through the wide one."""
+        if self._engine is None:
+            self._engine = self.config.make_engine()
+        if wide and self.config.make_wide is not None:
+            if self._wide is None:
+                self._wide = self.config.make_wide()
+            self.wide_batches += 1
+            return np.asarray(self._wide.encode(texts), dtype=np.float32)
+        return np.asarray(self._engine.encode(texts), dtype=np.float32)
 
     async def _drain(self) -> None:
         while self._pending:
@@ -77,21 +102,20 @@ class EmbedderWorker:
             while self._pending and size + len(self._pending[0][0]) <= self.config.max_batch:
                 batch.append(self._pending.popleft())
                 size += len(batch[-1][0])
-            texts = [t for request, _ in batch for t in request]
+            texts = [t for request, _, _ in batch for t in request]
             try:
-                if self._engine is None:
-                    self._engine = await asyncio.to_thread(self.config.make_engine)
-                vectors = await asyncio.to_thread(self._engine.encode, texts)
+                wide = len(batch) == 1 and batch[0][1]
+                vectors = await asyncio.get_running_loop().run_in_executor(self._thread, self._encode, texts, wide)
             except Exception:
                 log.exception("embedding failed")
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(EmbeddingFailed("the embedding engine failed"))
                 continue
             self.batches += 1
             self.texts += len(texts)
             offset = 0
-            for request, future in batch:
+            for request, _, future in batch:
                 if not future.done():
                     future.set_result(vectors[offset : offset + len(request)])
                 offset += len(request)

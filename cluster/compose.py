@@ -146,8 +146,10 @@ def actor_plan(
     plan["console_state"] = (ConsoleState, (console,))
     embedding = settings.embedding
     model = partial(make_engine, embedding.engine, embedding.dims, settings.embedder_threads)  # built in each embedder actor
+    lone = embedding.wide_lone and settings.embedder_pool > 1  # one copy already has every CPU by default
+    wide = partial(make_engine, embedding.engine, embedding.dims, None) if lone else None
     for i in range(settings.embedder_pool):
-        plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch),))
+        plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch, wide),))
     return plan
 
 

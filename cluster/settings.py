@@ -69,6 +69,9 @@ class EmbeddingSettings(Section):
     # (Settings.embedder_pool). ``threads`` None: the usable CPUs shared out over them (Settings.embedder_threads).
     pool: int | None = Field(None, ge=0, le=64)
     threads: int | None = Field(None, ge=1)
+    # A batch a head sends while none of its own is in flight runs on every usable CPU's threads in its
+    # pool actor (a lone request is not held to one copy's share); false: always the copy's ``threads``.
+    wide_lone: bool = True
     max_queued_texts: int = Field(4_096, ge=1)  # texts waiting for the model, all tenants; 429 beyond
     max_queued_texts_per_tenant: int = Field(1_024, ge=1)  # one tenant's share of that queue
 

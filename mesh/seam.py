@@ -309,9 +309,10 @@ class ConsoleStateActor(Actor, Protocol):
 
 
 class EmbedderActor(Actor, Protocol):
-    """One copy of the model, batching the texts of every head (``embedding.pool``)."""
+    """One copy of the model, batching the texts of every head (``embedding.pool``). ``wide``: the caller
+    has nothing else in flight on the pool; a batch of that call alone may use every CPU's threads."""
 
-    async def encode(self, texts: list[str]) -> Vector: ...
+    async def encode(self, texts: list[str], wide: bool = False) -> Vector: ...
 
 
 class WalkerActor(Actor, Protocol):

@@ -20,6 +20,7 @@ from actors.embedder import EmbedderConfig, EmbedderWorker
 from head.cpus import cgroup_cpus, usable_cpus
 from head.embedding import Embedder, HashEngine, PooledEngine, make_engine
 from head.facade import Memesh
+from head.pooled_engine import LONE_STREAK
 from mesh.errors import EmbeddingFailed, Unavailable
 from mesh.model import CellType, NewCell
 from tests.unit.test_propagation import agent
@@ -139,7 +140,7 @@ async def test_requests_made_in_one_turn_share_a_batch_on_a_local_engine() -> No
 
 
 class _DeadActor:
-    async def encode(self, texts: list[str]) -> np.ndarray:
+    async def encode(self, texts: list[str], wide: bool = False) -> np.ndarray:
         raise Unavailable("embedder:1 is not running")
 
 
@@ -157,3 +158,42 @@ async def test_one_dead_actor_does_not_stop_the_warm_up() -> None:
         await dead.warm_up()
     embedder.close()
     dead.close()
+
+
+class _Tagged(HashEngine):
+    """The hash engine, noting which copy (``tag``) encoded each batch and how many texts it held."""
+
+    calls: ClassVar[list[tuple[str, int]]] = []
+
+    def __init__(self, tag: str, dims: int = 64) -> None:
+        super().__init__(dims)
+        self.tag = tag
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        _Tagged.calls.append((self.tag, len(texts)))
+        return super().encode(texts)
+
+
+async def test_a_head_alone_a_while_runs_wide_and_concurrent_batches_on_each_copys_share() -> None:
+    """A head whose last ``LONE_STREAK`` batches were each sent with nothing else in flight asks for a
+    wide batch, which the actor runs on its wide engine (every CPU's threads); a batch sent beside another
+    resets the streak, and a wide call batched with others in the actor runs on the copy's own engine.
+    The vectors are the same either way."""
+    _Tagged.calls = []
+    config = EmbedderConfig(partial(_Tagged, "narrow"), max_batch=64, make_wide=partial(_Tagged, "wide"))
+    workers = [EmbedderWorker(config) for _ in range(2)]
+    embedder = Embedder(PooledEngine(_Actors(workers), "hash-64", 64, 2), max_batch=4)  # type: ignore[arg-type]
+    alone = [(await embedder.embed([f"a lone question {n}"]))[0] for n in range(LONE_STREAK + 1)]
+    assert [tag for tag, _ in _Tagged.calls] == ["narrow"] * (LONE_STREAK - 1) + ["wide", "wide"]
+    assert np.array_equal(np.stack(alone), HashEngine(64).encode([f"a lone question {n}" for n in range(LONE_STREAK + 1)]))
+    _Tagged.calls = []
+    await asyncio.gather(*(embedder.embed([f"busy {n}"]) for n in range(12)))
+    assert sorted(_Tagged.calls) == [("narrow", 4), ("narrow", 4), ("wide", 4)]  # the first still alone, then beside it
+    _Tagged.calls = []
+    await embedder.embed(["alone again"])
+    assert _Tagged.calls == [("narrow", 1)]  # the streak starts over after concurrent batches
+    worker = EmbedderWorker(config)
+    _Tagged.calls = []
+    await asyncio.gather(worker.encode(["one"], wide=True), worker.encode(["two"], wide=True))
+    assert _Tagged.calls == [("narrow", 2)]  # two wide calls that met in the actor: one batch, on the copy's share
+    embedder.close()

@@ -216,6 +216,14 @@ def test_threads_are_honoured(reference: np.ndarray) -> None:
     assert cosines(vectors, reference[:8]).min() >= 0.99
 
 
+def test_the_torch_engine_gives_the_same_vectors_on_one_thread_and_on_every_cpu(reference: np.ndarray) -> None:
+    """An embedder copy runs a lone batch on every CPU's threads and others on its share (EmbedderWorker's
+    wide engine): the threads may change a vector by float rounding only, in either order."""
+    narrow, wide = MiniLMEngine(threads=1), MiniLMEngine()
+    for engine in (narrow, wide, narrow):
+        assert cosines(engine.encode(FIXED[:16]), reference[:16]).min() >= 0.99999
+
+
 EXPORT = """
 import logging, sys
 from pathlib import Path
