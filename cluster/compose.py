@@ -30,12 +30,13 @@ from actors.scene_shard import SceneShard, ShardConfig
 from actors.storage import StorageConfig
 from actors.walker import Lookups, Walker, WalkerConfig
 from cluster.settings import Settings
-from head.embedding import Embedder, EmbeddingEngine, PooledEngine, engine_named, make_engine
+from head.embedding import Embedder, EmbeddingEngine, engine_named, make_engine
 from head.erasure_signing import ErasureSigner
 from head.facade import Bucket, Memesh
 from head.inbox_service import InboxLimits
 from head.memory_service import MemoryLimits
 from head.observatory_hub import ObservatoryHubConfig
+from head.pooled_engine import PooledEngine
 from head.private_files import write_private_file
 from head.usage import Quotas
 from mesh.deployment import DirectorySpec

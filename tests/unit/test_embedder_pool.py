@@ -18,9 +18,9 @@ import pytest
 
 from actors.embedder import EmbedderConfig, EmbedderWorker
 from head.cpus import cgroup_cpus, usable_cpus
-from head.embedding import Embedder, HashEngine, PooledEngine, make_engine
+from head.embedding import Embedder, HashEngine, make_engine
 from head.facade import Memesh
-from head.pooled_engine import LONE_STREAK
+from head.pooled_engine import LONE_STREAK, PooledEngine
 from mesh.errors import EmbeddingFailed, Unavailable
 from mesh.model import CellType, NewCell
 from tests.unit.test_propagation import agent
