@@ -71,10 +71,13 @@ class PooledEngine:
     async def warm_up(self) -> None:
         """Load the model in every actor now (each loads on its first call: seconds a request would wait).
         An actor that fails is logged and left to load on its first batch (the others serve meanwhile);
-        only a pool where every actor fails raises."""
+        only a pool where every actor fails raises. The wide engine is warmed too (an ONNX session is built
+        on its first batch)."""
         calls = (self._dir.embedder(i).encode(["warm up"]) for i in range(self.size))
         answers = await asyncio.gather(*calls, return_exceptions=True)
         failed = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        live = [i for i in range(self.size) if i not in dict(failed)]
+        await asyncio.gather(*(self._dir.embedder(i).encode(["warm up"], True) for i in live), return_exceptions=True)
         for i, failure in failed:
             log.warning("embedder:%d did not warm up (%s); it loads on its first batch", i, failure)
         if len(failed) == self.size:
