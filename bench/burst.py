@@ -11,7 +11,8 @@ so the burst's walks deliver:
   without pause from the burst's start until the last walk the burst started has drained
   (``memesh_walk_backlog`` 0);
 - the figures: recall p50 and p99 idle and during the burst (the bar: p99 within 2x of idle's), the
-  cells the burst wrote and their rate, the refusals, and how long the walks ran on after the last write.
+  cells the burst wrote and their rate, the refusals, and how long the walks ran on after the last write;
+  and the server's CPU by process role per written cell, during the burst and during the drain after it.
 
 Run: ``.venv/bin/python -m bench.burst [--cells 10000] [--burst-s 20] [--writers 2] [--requests 300]``.
 """
@@ -25,7 +26,7 @@ import time
 
 import httpx
 
-from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, Stats, banner
+from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, Stats, banner, cpu_line
 from bench.concurrency import concurrent_recalls
 from bench.writes import BATCH
 
@@ -88,12 +89,12 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
     async with server.async_client(key, writers + 2) as client:
         done = asyncio.Event()
         read = asyncio.create_task(reader(client, done))
-        started = time.perf_counter()
+        started, at_start = time.perf_counter(), server.cpu()
         tasks = [asyncio.create_task(writer(client, n)) for n in range(writers)]
         await asyncio.sleep(seconds)
         writing.clear()
         await asyncio.gather(*tasks)
-        wrote_s = time.perf_counter() - started
+        wrote_s, at_last_write = time.perf_counter() - started, server.cpu()
         for _ in range(3000):  # bounded: 10 minutes of polls
             if await backlog(client) == 0:
                 break
@@ -101,6 +102,9 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
         drain_s = time.perf_counter() - started - wrote_s
         done.set()
         await read
+    # where the CPU went, per cell the burst wrote: while writing, and while only its walks (and the reader) ran
+    print(f"    burst, per written cell: {cpu_line(at_last_write.since(at_start), written)}", flush=True)
+    print(f"    drain, per written cell: {cpu_line(server.cpu().since(at_last_write), written)}", flush=True)
     stats, drain = Stats.of(latencies), Stats.of(draining or [0.0])
     phases = {"drain_p50_ms": drain.p50_ms, "drain_p99_ms": drain.p99_ms, "drain_n": len(draining)}
     return {"written": written, "wrote_s": wrote_s, "drain_s": drain_s, "refused": refused, **phases, **vars(stats)}
