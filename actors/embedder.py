@@ -10,8 +10,8 @@ Guarantees:
 - The model loads once, on the first call, off the event loop; ``health``
   answers while it loads.
 - An engine failure fails the calls of that batch only (EmbeddingFailed).
-- A call marked ``wide`` (its head had nothing else in flight on the pool) that
-  forms a batch alone runs on ``make_wide``'s engine: the same weights with
+- A call marked ``wide`` (its head has been alone on the pool for a few batches:
+  ``head.pooled_engine``) that forms a batch alone runs on ``make_wide``'s engine: the same weights with
   every usable CPU's threads, so a lone request is not held to this copy's
   share of the CPUs. The vectors are the engine's (threads do not change them
   beyond float rounding).
