@@ -55,6 +55,7 @@ TOKEN_BYTES = 32
 MAX_FRAME_BYTES = 1 << 30
 MAX_CONCURRENT_CALLS = 1000
 _FRAME = struct.Struct("!IQB")  # payload length, call id, frame kind
+JOIN_BYTES = 1 << 16  # a payload smaller than this is sent in one write with its header (one syscall)
 _CALL, _ANSWER, _REFUSAL, _FAILURE = range(4)
 
 
@@ -137,8 +138,16 @@ def _sweep(directory: Path) -> None:
             continue
 
 
-def _frame(kind: int, call_id: int, payload: bytes) -> bytes:
-    return _FRAME.pack(len(payload), call_id, kind) + payload
+def _send(writer: asyncio.StreamWriter, kind: int, call_id: int, payload: bytes) -> None:
+    """Write one frame. A large payload follows its header as a write of its own instead of being copied
+    into one frame with it (a wave's answer can be megabytes); both writes happen in the same turn, so
+    no other frame comes between them."""
+    header = _FRAME.pack(len(payload), call_id, kind)
+    if len(payload) < JOIN_BYTES:
+        writer.write(header + payload)
+    else:
+        writer.write(header)
+        writer.write(payload)
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> tuple[int, int, bytes]:
@@ -223,7 +232,7 @@ class LaneServer:
         self.calls += 1
         if writer.is_closing():
             return
-        writer.write(_frame(kind, call_id, body))
+        _send(writer, kind, call_id, body)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
@@ -264,7 +273,7 @@ class LaneClient:
         answer: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = answer
         try:
-            self._writer.write(_frame(_CALL, call_id, payload))
+            _send(self._writer, _CALL, call_id, payload)
             await self._writer.drain()
             kind, body = await answer
         except ConnectionError as exc:

@@ -10,9 +10,10 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from actors.node_lane import LaneAddress, LaneBroken, LaneClient, Lanes, LaneServer, LaneUnfit, lane_directory
+from actors.node_lane import JOIN_BYTES, LaneAddress, LaneBroken, LaneClient, Lanes, LaneServer, LaneUnfit, lane_directory
 from mesh.errors import InternalError, NotFound
 
 
@@ -65,6 +66,18 @@ async def test_calls_answer_in_any_order_with_their_own_answers(lane: tuple[Targ
     target.release.set()
     assert await slow == "slow"
     assert server.calls == 51
+    client.close()
+
+
+async def test_large_and_small_frames_interleave_whole(lane: tuple[Target, LaneServer, LaneAddress]) -> None:
+    """Payloads past ``JOIN_BYTES`` go out as a header and a body of their own; concurrent calls of every
+    size, both ways, still arrive whole and each answer reaches its own caller."""
+    _, _, address = lane
+    client = await LaneClient.open("shard", address)
+    sizes = [10, JOIN_BYTES - 20, JOIN_BYTES, 3 * JOIN_BYTES + 7, 1_000_000, 1]
+    payloads = [np.full(n, i % 251, dtype=np.uint8) for i, n in enumerate(sizes * 4)]
+    answers = await asyncio.gather(*(client.invoke("echo", (p,), {}) for p in payloads))
+    assert all(np.array_equal(got, sent) and suffix == "" for (got, suffix), sent in zip(answers, payloads, strict=True))
     client.close()
 
 
