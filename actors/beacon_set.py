@@ -299,7 +299,7 @@ class BeaconSet(BeaconReembedding):
                     for i, (nid, sim) in enumerate(found)
                 ]
                 at += len(found)
-        return PackedAnswers(answers, None)  # leaves carry no vector
+        return PackedAnswers.of_rows(answers)  # leaves carry no vector
 
     def _fold(self, requests: list[NeighbourRequest]) -> None:
         """Fold the diffs into their tenants' leaf statistics (every node of the tenant sees every diff)."""

@@ -7,20 +7,21 @@ first, ties by id (``VectorIndex.search_many``); each candidate's centroid is a
 row of a matrix made for the answer, never the partition's own array, and is
 left out (row -1) exactly when the candidate's relevance is below its request's
 ``centroid_floor`` (the walk sets it to its gate: it never searches around a
-scene it prunes, and most candidates are pruned).
+scene it prunes, and most candidates are pruned); a scene carried for several
+frontier nodes of one tenant's requests has one row, which they share.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import chain, repeat
+from itertools import chain
 
 import numpy as np
 import numpy.typing as npt
 
 from mesh.partition import MemoryPartition
 from mesh.walk import NeighbourRequest, NodeKind
-from mesh.walk_wire import PackedAnswers, Row
+from mesh.walk_wire import PackedAnswers
 
 SCENE = NodeKind.SCENE.value
 
@@ -31,7 +32,13 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
     for the wire: one matrix product per tenant for all the requests, one for every candidate's relevance,
     and no per-candidate object (the walker unpacks them). Rows name their centroid as ``first_row`` plus
     its row in the answer's matrix (an answer made in parts: ``PackedAnswers.joined``)."""
-    answers: list[dict[str, list[Row]]] = [{} for _ in requests]
+    entries: list[int] = []
+    frontier_ids: list[str] = []
+    counts: list[int] = []
+    ids: list[str] = []
+    similarity: list[float] = []
+    relevance: list[npt.NDArray[np.float32]] = []
+    at: list[npt.NDArray[np.int64]] = []
     matrices: list[npt.NDArray[np.float32]] = []
     offset = first_row  # rows of the whole answer's matrix taken by earlier parts and tenants
     by_tenant: dict[str, list[int]] = {}
@@ -42,29 +49,53 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         if not flat:
             continue
         ks = [requests[n].k for n, _, _ in flat]
-        ids, sims, centroids = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), ks)
+        found, sims, centroids = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), ks)
         # every hit's relevance to its own walk's diff at once: each centroid row against that walk's diff row
+        sizes = [len(hits) for hits in found]
         diffs = np.stack([requests[n].diff_vector for n, _, _ in flat])
-        of_query = np.repeat(np.arange(len(flat)), [len(found) for found in ids])
+        of_query = np.repeat(np.arange(len(flat)), sizes)
         scores_of = np.einsum("hd,hd->h", centroids, diffs[of_query])
         floors = np.array([requests[n].centroid_floor for n, _, _ in flat], dtype=np.float64)[of_query]
         carried = scores_of.astype(np.float64) >= floors  # compared as the walk compares (Python floats)
-        rows_of = np.where(carried, offset + np.cumsum(carried) - 1, -1).tolist()
-        relevance = scores_of.tolist()
-        # every hit's row at once (tuples made by zip, in C), then each frontier node's slice of them
-        hits = list(
-            zip(
-                chain.from_iterable(ids), repeat(SCENE), chain.from_iterable(sims), relevance, repeat(None), repeat(None), rows_of
-            )
-        )
-        at = 0
-        for (n, frontier_id, _), found in zip(flat, ids, strict=True):
-            answers[n][frontier_id] = hits[at : at + len(found)]
-            at += len(found)
-        kept = centroids if carried.all() else centroids[carried]
-        matrices.append(kept)
+        group_ids = list(chain.from_iterable(found))
+        rows, kept = _shared_rows(group_ids, carried, offset)
+        at.append(rows)
+        relevance.append(scores_of)
+        entries += [n for n, _, _ in flat]
+        frontier_ids += [frontier_id for _, frontier_id, _ in flat]
+        counts += sizes
+        ids += group_ids
+        similarity += chain.from_iterable(sims)
+        matrices.append(centroids[kept])
         offset += len(kept)
-    return PackedAnswers(answers, np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None))
+    return PackedAnswers(
+        len(requests),
+        entries,
+        frontier_ids,
+        counts,
+        ids,
+        SCENE,
+        similarity,
+        np.concatenate(relevance) if relevance else np.zeros(0, dtype=np.float32),
+        at=np.concatenate(at) if at else None,
+        matrix=np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None),
+    )
+
+
+def _shared_rows(ids: list[str], carried: npt.NDArray[np.bool_], offset: int) -> tuple[npt.NDArray[np.int64], list[int]]:
+    """Each carried candidate's row in the answer's matrix (``offset`` on), one row per scene (a scene near
+    many frontier nodes of a wave travels once), -1 for the others; and which candidates' centroids make
+    those rows, in row order."""
+    rows = np.full(len(ids), -1, dtype=np.int64)
+    first: dict[str, int] = {}
+    kept: list[int] = []
+    for i in np.flatnonzero(carried).tolist():
+        row = first.get(ids[i])
+        if row is None:
+            row = first[ids[i]] = offset + len(kept)
+            kept.append(i)
+        rows[i] = row
+    return rows, kept
 
 
 def neighbour_scene_parts(partition: MemoryPartition, requests: list[NeighbourRequest], part: int) -> Iterator[PackedAnswers]:

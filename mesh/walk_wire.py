@@ -15,6 +15,8 @@ candidate object on the answering side), whose ``unpacked()`` is such a ``WaveAn
 
 from __future__ import annotations
 
+import inspect
+from itertools import accumulate, repeat
 from typing import Any
 
 import numpy as np
@@ -72,33 +74,141 @@ def _answers(rows: list[dict[str, list[Row]]], matrix: np.ndarray[Any, Any] | No
 
 
 class PackedAnswers:
-    """An answer to a wave in its travelling form: per request, per frontier node id, candidate rows
-    (``Row``: a vector's row in ``matrix``, or -1), and one matrix of their vectors. What the walker reads
-    is ``unpacked()``: equal candidates, in the same order, each vector a row of ``matrix``."""
+    """An answer to a wave in its travelling form: columns, not one tuple per candidate.
 
-    __slots__ = ("matrix", "rows")
+    ``requests``: how many requests it answers. Then one entry per frontier node answered (an empty answer
+    included), in the order the owner answered them: ``entries`` (its request's index), ``frontier_ids``,
+    ``counts`` (its candidates). Then one entry per candidate, every frontier node's in turn: ``ids``,
+    ``kinds`` (one kind for all, or one each), ``similarity``, ``relevance``, ``agents`` and ``standing``
+    (None: None for all), ``at`` (its vector's row in ``matrix``, or -1; None: -1 for all). What the walker
+    reads is ``unpacked()``: per request, per frontier node id in the order answered, the same candidates
+    as the rows they stand for, each vector a row of ``matrix``. Pickled, the columns travel as a few lists
+    and arrays: about half the time of the same content as tuples, both ways."""
 
-    def __init__(self, rows: list[dict[str, list[Row]]], matrix: np.ndarray[Any, Any] | None) -> None:
-        self.rows = rows
-        self.matrix = matrix
+    __slots__ = (
+        "agents",
+        "at",
+        "counts",
+        "entries",
+        "frontier_ids",
+        "ids",
+        "kinds",
+        "matrix",
+        "relevance",
+        "requests",
+        "similarity",
+        "standing",
+    )
+
+    def __init__(
+        self,
+        requests: int,
+        entries: list[int],
+        frontier_ids: list[str],
+        counts: list[int],
+        ids: list[str],
+        kinds: str | list[str],
+        similarity: list[float],
+        relevance: list[float] | np.ndarray[Any, Any],
+        agents: list[str | None] | None = None,
+        standing: list[float | None] | None = None,
+        at: np.ndarray[Any, Any] | None = None,
+        matrix: np.ndarray[Any, Any] | None = None,
+    ) -> None:
+        self.requests, self.entries, self.frontier_ids, self.counts = requests, entries, frontier_ids, counts
+        self.ids, self.kinds, self.similarity, self.relevance = ids, kinds, similarity, relevance
+        self.agents, self.standing, self.at, self.matrix = agents, standing, at, matrix
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (PackedAnswers, (self.rows, self.matrix))
+        return (PackedAnswers, tuple(getattr(self, name) for name in _ARGUMENTS))
+
+    @classmethod
+    def of_rows(cls, rows: list[dict[str, list[Row]]], matrix: np.ndarray[Any, Any] | None = None) -> PackedAnswers:
+        """The columns of ``rows`` (per request, per frontier node id, its candidates as ``Row`` tuples)."""
+        flat = [row for answer in rows for found in answer.values() for row in found]
+        columns = [list(column) for column in zip(*flat, strict=True)] if flat else [[] for _ in range(7)]
+        ids, kinds, similarity, relevance, agents, standing, at = columns
+        return cls(
+            len(rows),
+            [n for n, answer in enumerate(rows) for _ in answer],
+            [frontier_id for answer in rows for frontier_id in answer],
+            [len(found) for answer in rows for found in answer.values()],
+            ids,
+            kinds,
+            similarity,
+            relevance,
+            agents,
+            standing,
+            np.array(at, dtype=np.int64),
+            matrix,
+        )
 
     def unpacked(self) -> WaveAnswers:
-        return _answers(self.rows, self.matrix)
+        matrix, n = self.matrix, len(self.ids)
+        kinds = repeat(_KINDS[self.kinds], n) if isinstance(self.kinds, str) else map(_KINDS.__getitem__, self.kinds)
+        at = repeat(-1, n) if self.at is None else np.asarray(self.at).tolist()
+        vectors = (None if row < 0 or matrix is None else matrix[row] for row in at)
+        relevance = self.relevance.tolist() if isinstance(self.relevance, np.ndarray) else self.relevance
+        agents = repeat(None, n) if self.agents is None else self.agents
+        standing = repeat(None, n) if self.standing is None else self.standing
+        candidates = list(map(Candidate, self.ids, kinds, self.similarity, relevance, agents, vectors, standing))
+        out = WaveAnswers({} for _ in range(self.requests))
+        start = 0
+        for request, frontier_id, count in zip(self.entries, self.frontier_ids, self.counts, strict=True):
+            out[request][frontier_id] = candidates[start : start + count]
+            start += count
+        return out
 
     @classmethod
     def joined(cls, parts: list[PackedAnswers]) -> PackedAnswers:
-        """One answer of parts made in order, each part's rows numbered after the earlier parts' matrices
-        (``mesh.neighbours.neighbour_scene_parts``)."""
+        """One answer of parts made in order, each part answering the requests after the earlier parts' and
+        numbering its rows after the earlier parts' matrices (``mesh.neighbours.neighbour_scene_parts``)."""
         if len(parts) == 1:
             return parts[0]
-        if not parts:
-            return cls([], None)
-        matrices = [p.matrix for p in parts if p.matrix is not None]
-        matrix = np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None)
-        return cls([rows for p in parts for rows in p.rows], matrix)
+        n = [len(p.ids) for p in parts]
+        before = list(accumulate((p.requests for p in parts), initial=0))
+        return cls(
+            before[-1],
+            [entry + first for p, first in zip(parts, before, strict=False) for entry in p.entries],
+            [frontier_id for p in parts for frontier_id in p.frontier_ids],
+            [count for p in parts for count in p.counts],
+            [i for p in parts for i in p.ids],
+            _joined_kinds(parts, n),
+            [s for p in parts for s in p.similarity],
+            _joined_column([p.relevance for p in parts], n, 0.0) if parts else [],
+            _joined_column([p.agents for p in parts], n, None),
+            _joined_column([p.standing for p in parts], n, None),
+            _joined_column([p.at for p in parts], n, -1),
+            _joined_matrix([p.matrix for p in parts]),
+        )
+
+
+_ARGUMENTS = tuple(inspect.signature(PackedAnswers).parameters)  # the constructor's, in its order: what __reduce__ gives
+
+
+def _joined_kinds(parts: list[PackedAnswers], n: list[int]) -> str | list[str]:
+    """The kinds of parts: one kind when every part with candidates names the same one, else one each."""
+    named = {p.kinds for p, size in zip(parts, n, strict=True) if size and isinstance(p.kinds, str)}
+    if len(named) <= 1 and all(isinstance(p.kinds, str) for p, size in zip(parts, n, strict=True) if size):
+        return named.pop() if named else []
+    return [k for p, size in zip(parts, n, strict=True) for k in (repeat(p.kinds, size) if isinstance(p.kinds, str) else p.kinds)]
+
+
+def _joined_column(columns: list[Any], n: list[int], absent: Any) -> Any:
+    """One column of parts: None when every part leaves it out, an array when every part gives one, else a list."""
+    if all(c is None for c in columns):
+        return None
+    if all(isinstance(c, np.ndarray) for c in columns):
+        return np.concatenate(columns)
+    out: list[Any] = []
+    for column, size in zip(columns, n, strict=True):
+        out += [absent] * size if column is None else list(column.tolist() if isinstance(column, np.ndarray) else column)
+    return out
+
+
+def _joined_matrix(matrices: list[np.ndarray[Any, Any] | None]) -> np.ndarray[Any, Any] | None:
+    present = [m for m in matrices if m is not None]
+    return np.concatenate(present) if len(present) > 1 else (present[0] if present else None)
 
 
 class WaveRequests(list[NeighbourRequest]):

@@ -220,3 +220,34 @@ def test_an_answer_made_in_parts_is_the_answer_made_whole() -> None:
         assert candidates(joined.unpacked()) == whole
         assert candidates(pickle.loads(pickle.dumps(joined)).unpacked()) == whole
     assert PackedAnswers.joined([]).unpacked() == []
+
+
+def test_a_scene_near_many_frontier_nodes_travels_once_and_beacon_rows_pack_as_columns() -> None:
+    """Frontier nodes of one tenant's walks that find the same scene share its centroid's row: the answer's
+    matrix holds each carried scene once, and every candidate still unpacks with that scene's centroid.
+    Rows given as tuples (what a beacon set builds) pack into the same columns and unpack unchanged."""
+    partition = MemoryPartition(16, SceneTuning(join_similarity=0.9))
+    cells = [cell(direction(seed, 16), tenant="t0", project=f"p{seed % 2}") for seed in range(30)]
+    partition.write(cells, [uid("5") for _ in cells])
+    near = direction(7, 16)
+    frontier = [(f"f-{q}", near) for q in range(3)]
+    requests = [NeighbourRequest("t0", frontier, direction(200 + n, 16), 4, None) for n in range(5)]
+    packed = pickle.loads(pickle.dumps(neighbour_scenes(partition, requests)))
+    answers = packed.unpacked()
+    carried = [c for a in answers for cs in a.values() for c in cs if c.vector is not None]
+    assert len(carried) == 5 * 3 * 4 and packed.matrix is not None and len(packed.matrix) == 4  # four scenes, once each
+    for c in carried:
+        assert np.array_equal(c.vector, partition.scenes[c.node_id].centroid)
+    rows: list[dict[str, list[Any]]] = [
+        {"a": [("agent-1", NodeKind.AGENT.value, 0.5, 0.25, "writer", 1.5, -1)], "b": []},
+        {},
+        {"c": [("beacon-1", NodeKind.BEACON.value, 0.75, 0.5, "listener", None, -1)]},
+    ]
+    beacons = pickle.loads(pickle.dumps(PackedAnswers.of_rows(rows)))
+    assert beacons.unpacked() == [
+        {"a": [Candidate("agent-1", NodeKind.AGENT, 0.5, 0.25, "writer", None, 1.5)], "b": []},
+        {},
+        {"c": [Candidate("beacon-1", NodeKind.BEACON, 0.75, 0.5, "listener", None, None)]},
+    ]
+    joined = PackedAnswers.joined([PackedAnswers.of_rows(rows), neighbour_scenes(partition, requests[:1])])
+    assert joined.unpacked()[:3] == beacons.unpacked() and len(joined.unpacked()) == 4
