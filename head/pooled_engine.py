@@ -54,11 +54,11 @@ class PooledEngine:
     async def encode_async(self, texts: list[str]) -> Matrix:
         failure: MemeshError | None = None
         tried: set[int] = set()
+        self._lone = 0 if any(self._inflight) else self._lone + 1  # once a batch, whichever actor takes it
+        wide = self._lone >= LONE_STREAK
         while len(tried) < self.size:
             index = self._pick(tried)
             tried.add(index)
-            self._lone = 0 if any(self._inflight) else self._lone + 1
-            wide = self._lone >= LONE_STREAK
             self._inflight[index] += 1
             try:
                 return np.asarray(await self._dir.embedder(index).encode(texts, wide), dtype=np.float32)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import chain
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from mesh.partition import MemoryPartition
 from mesh.walk import NeighbourRequest, NodeKind
-from mesh.walk_wire import PackedAnswers
+from mesh.walk_wire import PackedAnswers, joined_matrix
 
 SCENE = NodeKind.SCENE.value
 
@@ -39,7 +40,7 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
     similarity: list[float] = []
     relevance: list[npt.NDArray[np.float32]] = []
     at: list[npt.NDArray[np.int64]] = []
-    matrices: list[npt.NDArray[np.float32]] = []
+    matrices: list[np.ndarray[Any, Any] | None] = []
     offset = first_row  # rows of the whole answer's matrix taken by earlier parts and tenants
     by_tenant: dict[str, list[int]] = {}
     for n, request in enumerate(requests):
@@ -78,7 +79,7 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         similarity,
         np.concatenate(relevance) if relevance else np.zeros(0, dtype=np.float32),
         at=np.concatenate(at) if at else None,
-        matrix=np.concatenate(matrices) if len(matrices) > 1 else (matrices[0] if matrices else None),
+        matrix=joined_matrix(matrices),
     )
 
 

@@ -179,7 +179,7 @@ class PackedAnswers:
             _joined_column([p.agents for p in parts], n, None),
             _joined_column([p.standing for p in parts], n, None),
             _joined_column([p.at for p in parts], n, -1),
-            _joined_matrix([p.matrix for p in parts]),
+            joined_matrix([p.matrix for p in parts]),
         )
 
 
@@ -206,7 +206,8 @@ def _joined_column(columns: list[Any], n: list[int], absent: Any) -> Any:
     return out
 
 
-def _joined_matrix(matrices: list[np.ndarray[Any, Any] | None]) -> np.ndarray[Any, Any] | None:
+def joined_matrix(matrices: list[np.ndarray[Any, Any] | None]) -> np.ndarray[Any, Any] | None:
+    """The rows of ``matrices`` in order (those given: None is none), one alone as it is."""
     present = [m for m in matrices if m is not None]
     return np.concatenate(present) if len(present) > 1 else (present[0] if present else None)
 
