@@ -213,37 +213,37 @@ class VectorIndex:
             if rows.size == 0:
                 return [[] for _ in range(len(queries))], [[] for _ in range(len(queries))]
             matrix = self._matrix[rows]
-        sims = matrix @ queries.astype(np.float32, copy=False).T  # rows x queries
-        best, short = self._best_many(sims, rows, k)  # k x queries positions, each column best first
-        found_rows, found_sims = rows[best].T.tolist(), np.take_along_axis(sims, best, axis=0).T.tolist()
-        for j, positions in short.items():  # columns with fewer than k comparable scores (NaN)
-            found_rows[j], found_sims[j] = rows[positions].tolist(), sims[positions, j].tolist()
+        sims = queries.astype(np.float32, copy=False) @ matrix.T  # queries x rows: each query's scores contiguous
+        best, short = self._best_many(sims, rows, k)  # queries x k positions, each query's best first
+        found_rows, found_sims = rows[best].tolist(), np.take_along_axis(sims, best, axis=1).tolist()
+        for j, positions in short.items():  # queries with fewer than k comparable scores (NaN)
+            found_rows[j], found_sims[j] = rows[positions].tolist(), sims[j, positions].tolist()
         return found_rows, found_sims
 
     def _best_many(self, sims: npt.NDArray[np.float32], rows: Rows, k: int) -> tuple[Rows, dict[int, Rows]]:
-        """``_best`` for every column of ``sims`` at once: one partition and one lexsort for all of them. A
-        column whose k-th best score is shared by rows left outside the partition's pick (exact ties at the
-        boundary), or is NaN, is redone by ``_best``, which chooses among them by id; a redone column with
-        fewer than ``k`` answers (NaN scores compare to nothing) comes back apart, by column."""
-        m = sims.shape[0]
+        """``_best`` for every query (row) of ``sims`` at once: one partition and one lexsort for all of them. A
+        query whose k-th best score is shared by rows left outside the partition's pick (exact ties at the
+        boundary), or is NaN, is redone by ``_best``, which chooses among them by id; a redone query with
+        fewer than ``k`` answers (NaN scores compare to nothing) comes back apart, by query."""
+        m = sims.shape[1]
         if k >= m:
-            top: Rows = np.broadcast_to(np.arange(m)[:, None], sims.shape)
+            top: Rows = np.broadcast_to(np.arange(m)[None, :], sims.shape)
             unsure: Rows = np.zeros(0, dtype=np.intp)
         else:
             negated = -sims
-            top = np.argpartition(negated, k - 1, axis=0)[:k]
-            picked = np.take_along_axis(negated, top, axis=0)
-            kth = picked.max(axis=0)
-            # a NaN score (a NaN query) compares equal to nothing: its column is redone by ``_best`` as well
-            unsure = np.flatnonzero(((negated == kth).sum(axis=0) != (picked == kth).sum(axis=0)) | np.isnan(kth))
+            top = np.argpartition(negated, k - 1, axis=1)[:, :k]
+            picked = np.take_along_axis(negated, top, axis=1)
+            kth = picked.max(axis=1)[:, None]
+            # a NaN score (a NaN query) compares equal to nothing: its query is redone by ``_best`` as well
+            unsure = np.flatnonzero(((negated == kth).sum(axis=1) != (picked == kth).sum(axis=1)) | np.isnan(kth[:, 0]))
         chosen = rows[top]
-        order = np.lexsort((self._key_lo[chosen], self._key_hi[chosen], -np.take_along_axis(sims, top, axis=0)), axis=0)
-        best = np.take_along_axis(top, order, axis=0)
+        order = np.lexsort((self._key_lo[chosen], self._key_hi[chosen], -np.take_along_axis(sims, top, axis=1)), axis=1)
+        best = np.take_along_axis(top, order, axis=1)
         short: dict[int, Rows] = {}
         for j in unsure:
-            pick = self._best(sims[:, j], rows, k)
-            if pick.size == best.shape[0]:
-                best[:, j] = pick
+            pick = self._best(sims[j], rows, k)
+            if pick.size == best.shape[1]:
+                best[j] = pick
             else:
                 short[int(j)] = pick
         return best, short

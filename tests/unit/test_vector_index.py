@@ -87,8 +87,8 @@ def test_a_nan_query_answers_in_search_many_as_in_search() -> None:
 def test_the_batched_pick_is_the_single_pick_for_every_column_ties_included(
     size: int, k: int, levels: int, seed: int, subset: bool
 ) -> None:
-    """Scores drawn from a few levels tie at every boundary: each column of the batched pick must hold the
-    very positions, in the very order, that the one-query pick chooses for the same scores (ties by id)."""
+    """Scores drawn from a few levels tie at every boundary: each query's row of the batched pick must hold
+    the very positions, in the very order, that the one-query pick chooses for the same scores (ties by id)."""
     rng = np.random.default_rng(seed)
     index = VectorIndex(dims=2, capacity=4)
     for i in range(size):
@@ -97,8 +97,8 @@ def test_the_batched_pick_is_the_single_pick_for_every_column_ties_included(
     rows = np.flatnonzero(rng.integers(0, 2, size)) if subset else np.arange(size)
     if rows.size == 0:
         rows = np.arange(size)
-    sims = (rng.integers(0, levels, (rows.size, 5)) / levels).astype(np.float32)
+    sims = (rng.integers(0, levels, (5, rows.size)) / levels).astype(np.float32)  # queries x rows
     batched, short = index._best_many(sims, rows, k)
-    assert short == {}  # finite scores: every column has its k
-    for j in range(sims.shape[1]):
-        assert batched[:, j].tolist() == index._best(sims[:, j], rows, k).tolist()
+    assert short == {}  # finite scores: every query has its k
+    for j in range(sims.shape[0]):
+        assert batched[j].tolist() == index._best(sims[j], rows, k).tolist()
