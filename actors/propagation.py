@@ -135,6 +135,7 @@ class Propagator:
                     policy.leaf_fan_out,
                     observe and states[n].hop == 0,
                     policy.gate,  # a scene below the gate is pruned: its centroid would never be searched around
+                    states[n].hop > 0,  # a first wave searches around the written cell: no later walk asks that
                 )
                 for n in active
             ]

@@ -3,39 +3,50 @@
 A walk's frontier is mostly scenes, searched around their centroids, and the
 same popular scenes are frontier nodes of walk after walk: while a backlog of
 walks drains, the scene index does not change at all. So an answer is kept,
-keyed by the query vector's bytes and ``k``, and reused.
+keyed by a digest of the query vector's bytes and ``k``, and reused. A walk's
+first wave searches around the written cell's own vector, which no later walk
+asks: its answers are not kept (``SceneCentroidIndex.nearest_many``), so they
+never push out the centroids' answers.
 
 Guarantees:
 - Exact: an answer is served only while the tenant's index is unchanged since it
   was computed; every change of a tenant's scene centroids (``invalidate``)
   drops all of that tenant's answers. What is kept is the index's rows, so the
-  centroids served are the index's current ones.
-- Bounded: at most ``max_entries`` answers over all tenants; past it the tenant
-  used least recently loses all its answers (and one tenant alone keeps at most
-  ``max_entries``, oldest dropped first).
+  centroids served are the index's current ones. Keys are 128-bit BLAKE2b
+  digests of the query's float32 bytes: two distinct queries share one with a
+  probability below 2^-64 even with billions kept.
+- Bounded: at most ``max_entries`` answers and ``max_rows`` answer rows over all
+  tenants; past either the tenant used least recently loses all its answers (and
+  one tenant alone keeps at most that many, oldest dropped first).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
-Key = tuple[bytes, int]  # the query vector's bytes, k
+import numpy as np
+import numpy.typing as npt
+
+Key = tuple[bytes, int]  # the digest of the query vector's bytes, k
 Answer = tuple[list[int], list[float]]  # rows, similarities: best first
 
-MAX_ENTRIES = 8_192  # about 1.7 KB each at 384 dimensions (the key holds the query's float32)
-MAX_BYTES = 16 << 20  # what the keys may hold at most, whatever the engine's dimension (hash engines reach 4096)
+MAX_ENTRIES = 32_768  # a kept answer of the default k (9) takes about 0.8 KB
+MAX_ROWS = 1 << 18  # the rows all kept answers name at most (a walk's k may reach 257)
 
 
-def entries_for(dims: int) -> int:
-    """How many answers a cache keeps for queries of ``dims`` float32: ``MAX_ENTRIES``, fewer for wide vectors."""
-    return max(64, min(MAX_ENTRIES, MAX_BYTES // (4 * dims + 256)))
+def query_key(vector: npt.NDArray[np.floating], k: int) -> Key:
+    """The key of a search for the ``k`` nearest to ``vector`` (its float32 bytes' digest and ``k``)."""
+    data = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+    return hashlib.blake2b(data, digest_size=16).digest(), k
 
 
 class NearestCache:
-    def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
-        self.max_entries = max_entries
+    def __init__(self, max_entries: int = MAX_ENTRIES, max_rows: int = MAX_ROWS) -> None:
+        self.max_entries, self.max_rows = max_entries, max_rows
         self._tenants: OrderedDict[str, dict[Key, Answer]] = OrderedDict()
         self._size = 0
+        self._rows = 0
         self.hits = 0
         self.misses = 0
 
@@ -54,21 +65,35 @@ class NearestCache:
         if answers is None:
             answers = self._tenants[tenant_id] = {}
         self._tenants.move_to_end(tenant_id)
-        if key not in answers:
-            if len(answers) >= self.max_entries:
-                del answers[next(iter(answers))]
-                self._size -= 1
-            self._size += 1
+        replaced = answers.pop(key, None)
+        if replaced is not None:
+            self._forget(replaced)
         answers[key] = answer
-        while self._size > self.max_entries and len(self._tenants) > 1:
-            _, dropped = self._tenants.popitem(last=False)
-            self._size -= len(dropped)
+        self._size += 1
+        self._rows += len(answer[0])
+        while self._over():
+            if len(self._tenants) > 1:  # the tenant used least recently (never this one) loses all its answers
+                _, dropped = self._tenants.popitem(last=False)
+                for gone in dropped.values():
+                    self._forget(gone)
+            elif len(answers) > 1:  # this tenant alone: its oldest answers go
+                self._forget(answers.pop(next(iter(answers))))
+            else:
+                break
 
     def invalidate(self, tenant_id: str) -> None:
         """The tenant's scene centroids changed: none of its answers stands."""
         dropped = self._tenants.pop(tenant_id, None)
         if dropped is not None:
-            self._size -= len(dropped)
+            for gone in dropped.values():
+                self._forget(gone)
+
+    def _over(self) -> bool:
+        return self._size > self.max_entries or self._rows > self.max_rows
+
+    def _forget(self, answer: Answer) -> None:
+        self._size -= 1
+        self._rows -= len(answer[0])
 
     def count_on_from(self, other: NearestCache) -> None:
         """Take over ``other``'s counts (a rebuilt partition's cache replaces it: the totals go on)."""

@@ -50,7 +50,8 @@ def neighbour_scenes(partition: MemoryPartition, requests: list[NeighbourRequest
         if not flat:
             continue
         ks = [requests[n].k for n, _, _ in flat]
-        found, sims, centroids = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), ks)
+        keep = [requests[n].keep for n, _, _ in flat]
+        found, sims, centroids = partition.scene_neighbours_many(tenant_id, np.stack([vec for _, _, vec in flat]), ks, keep)
         # every hit's relevance to its own walk's diff at once: each centroid row against that walk's diff row
         sizes = [len(hits) for hits in found]
         diffs = np.stack([requests[n].diff_vector for n, _, _ in flat])

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
-import numpy.typing as npt
 
 from mesh.erasure import Selector
 from mesh.errors import Conflict, NotFound, ValidationFailed
@@ -445,6 +444,6 @@ class MemoryPartition:
         """The tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
         return [(self.scenes[sid], sim) for sid, sim in self.scene_index.nearest(tenant_id, vector, k)]
 
-    def scene_neighbours_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
-        """``scene_neighbours`` for every row of ``vectors`` (``ks[i]`` each), in one matrix product."""
-        return self.scene_index.nearest_many(tenant_id, vectors, ks)
+    def scene_neighbours_many(self, tenant_id: str, vectors: Vector, ks: list[int], keep: list[bool] | None = None) -> SceneHits:
+        """``scene_neighbours`` for every row of ``vectors`` (``ks[i]`` each): ``SceneCentroidIndex.nearest_many``."""
+        return self.scene_index.nearest_many(tenant_id, vectors, ks, keep)

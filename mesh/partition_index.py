@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from mesh.lexical import LexicalIndex
 from mesh.model import Cell, CellType, Layer, Scene, Vector
-from mesh.nearest_cache import NearestCache, entries_for
+from mesh.nearest_cache import Answer, Key, NearestCache, query_key
 from mesh.query import NodeFilter
 from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
@@ -118,7 +118,7 @@ class SceneCentroidIndex:
         self.dims = dims
         self._by_project: dict[tuple[str, str], VectorIndex] = {}
         self._by_tenant: dict[str, VectorIndex] = {}
-        self.answers = NearestCache(entries_for(dims))  # the walks' searches; every change below drops the tenant's
+        self.answers = NearestCache()  # the walks' searches; every change below drops the tenant's
 
     def update(self, scene: Scene) -> None:
         """Put the scene's current centroid in both indexes."""
@@ -156,16 +156,20 @@ class SceneCentroidIndex:
         index = self._by_tenant.get(tenant_id)
         return [] if index is None else index.search(vector, k)
 
-    def nearest_many(self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int]) -> SceneHits:
+    def nearest_many(
+        self, tenant_id: str, vectors: npt.NDArray[np.float32], ks: list[int], keep: list[bool] | None = None
+    ) -> SceneHits:
         """The nearest ``ks[i]`` live scenes of ``tenant_id`` to each row of ``vectors`` (one matrix product for
         the rows not answered since the tenant's scenes last changed, each distinct row once): their ids and
-        similarities per row, and their centroids, every row's in order, in one new matrix."""
+        similarities per row, and their centroids, every row's in order, in one new matrix. The answers of the
+        rows ``keep`` marks (all, when None) are kept for later calls; the others (a written cell's own vector,
+        asked once) are not, so they never push out the answers walk after walk asks again."""
         index = self._by_tenant.get(tenant_id)
         if index is None:
             return [[] for _ in range(len(vectors))], [[] for _ in range(len(vectors))], np.zeros((0, self.dims), np.float32)
-        keys = [(vector.tobytes(), k) for vector, k in zip(vectors, ks, strict=True)]
-        found: dict[tuple[bytes, int], tuple[list[int], list[float]]] = {}
-        missing: dict[tuple[bytes, int], int] = {}  # a key not answered yet -> its first position
+        keys = [query_key(vector, k) for vector, k in zip(vectors, ks, strict=True)]
+        found: dict[Key, Answer] = {}
+        missing: dict[Key, int] = {}  # a key not answered yet -> its first position
         for position, key in enumerate(keys):
             if key in found or key in missing:
                 self.answers.hits += 1  # a repeat within the wave: answered without a search of its own
@@ -178,9 +182,10 @@ class SceneCentroidIndex:
         if missing:
             positions = list(missing.values())
             rows, sims = index.search_many_rows(vectors[positions], [ks[p] for p in positions])
-            for key, answer in zip(missing, zip(rows, sims, strict=True), strict=True):
+            for (key, position), answer in zip(missing.items(), zip(rows, sims, strict=True), strict=True):
                 found[key] = answer
-                self.answers.put(tenant_id, key, answer)
+                if keep is None or keep[position]:
+                    self.answers.put(tenant_id, key, answer)
         answers = [found[key] for key in keys]
         ids, centroids = index.hits_of_rows([rows for rows, _ in answers])
         return ids, [list(sims) for _, sims in answers], centroids  # copies: the kept lists stay as they were

@@ -130,6 +130,7 @@ class NeighbourRequest:
     leaf_k: int = 8  # leaves per frontier node
     observe: bool = False  # first wave of a first attempt: owners fold the diff into their leaves' statistics
     centroid_floor: float = float("-inf")  # scenes less relevant to the diff than this come without their centroid
+    keep: bool = True  # answers worth keeping for later walks (not a first wave: its query is the written cell's own)
 
 
 @dataclass(frozen=True, slots=True)

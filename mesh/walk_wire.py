@@ -222,7 +222,16 @@ class WaveRequests(list[NeighbourRequest]):
             vectors += [vector for _, vector in r.queries]
             vectors.append(r.diff_vector)
             rows.append(
-                (r.tenant_id, [node_id for node_id, _ in r.queries], r.k, r.exclude_agent, r.leaf_k, r.observe, r.centroid_floor)
+                (
+                    r.tenant_id,
+                    [node_id for node_id, _ in r.queries],
+                    r.k,
+                    r.exclude_agent,
+                    r.leaf_k,
+                    r.observe,
+                    r.centroid_floor,
+                    r.keep,
+                )
             )
         if not _one_kind(vectors):
             return (WaveRequests, (list(self),))
@@ -232,10 +241,10 @@ class WaveRequests(list[NeighbourRequest]):
 def _requests(rows: list[tuple[Any, ...]], matrix: np.ndarray[Any, Any] | None) -> WaveRequests:
     out = WaveRequests()
     at = 0
-    for tenant_id, node_ids, k, exclude_agent, leaf_k, observe, centroid_floor in rows:
+    for tenant_id, node_ids, k, exclude_agent, leaf_k, observe, centroid_floor, keep in rows:
         assert matrix is not None  # every request carries its diff's vector
         queries = [(node_id, matrix[at + i]) for i, node_id in enumerate(node_ids)]
         at += len(node_ids)
-        out.append(NeighbourRequest(tenant_id, queries, matrix[at], k, exclude_agent, leaf_k, observe, centroid_floor))
+        out.append(NeighbourRequest(tenant_id, queries, matrix[at], k, exclude_agent, leaf_k, observe, centroid_floor, keep))
         at += 1
     return out

@@ -85,3 +85,30 @@ def test_the_cache_is_bounded_and_drops_the_least_recent_tenant_first() -> None:
     assert len(cache) == 4 and cache.get("d", (bytes([9]), 1)) is not None and cache.get("d", (bytes([0]), 1)) is None
     cache.invalidate("d")
     assert len(cache) == 0
+
+
+def test_the_cache_is_bounded_by_the_rows_its_answers_name_too() -> None:
+    cache = NearestCache(max_entries=100, max_rows=10)
+    cache.put("a", (b"1", 4), ([1, 2, 3, 4], [1.0] * 4))
+    cache.put("b", (b"2", 4), ([1, 2, 3, 4], [1.0] * 4))
+    cache.put("b", (b"3", 4), ([5, 6, 7, 8], [1.0] * 4))  # twelve rows: "a", the least recent tenant, goes
+    assert len(cache) == 2 and cache.get("a", (b"1", 4)) is None
+    cache.put("b", (b"3", 4), ([5, 6], [1.0] * 2))  # a replaced answer counts once, with its new rows
+    cache.put("b", (b"4", 4), ([9, 10, 11, 12], [1.0] * 4))
+    assert len(cache) == 3 and cache.get("b", (b"2", 4)) is not None
+    cache.put("b", (b"5", 4), ([1], [1.0]))  # eleven rows, one tenant: its oldest answer goes
+    assert len(cache) == 3 and cache.get("b", (b"2", 4)) is None and cache.get("b", (b"5", 4)) is not None
+
+
+def test_answers_asked_once_are_given_exactly_and_not_kept() -> None:
+    index = SceneCentroidIndex(DIMS)
+    for n in range(20):
+        index.update(scene("a", n))
+    queries = np.stack([direction(100 + n, DIMS) for n in range(4)])
+    once = index.nearest_many("a", queries, [5] * 4, [False, True, False, True])
+    assert len(index.answers) == 2 and index.answers.misses == 4
+    again = index.nearest_many("a", queries, [5] * 4)  # the two kept are served, the two others searched again
+    assert index.answers.hits == 2 and index.answers.misses == 6 and len(index.answers) == 4
+    assert once[0] == again[0] and once[1] == again[1] and np.array_equal(once[2], again[2])
+    for query, got in zip(queries, again[0], strict=True):
+        assert got == [i for i, _ in index.nearest("a", query, 5)]

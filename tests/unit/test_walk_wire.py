@@ -62,13 +62,13 @@ def test_requests_arrive_whole_with_their_frontier_and_diff_vectors() -> None:
         [
             NeighbourRequest("t1", [("s1", vector(1)), ("s2", vector(2))], vector(3), 4, "alice", 8, True),
             NeighbourRequest("t2", [], vector(4), 2, None),
-            NeighbourRequest("t1", [("s5", vector(5))], vector(6), 3, None, 2, False),
+            NeighbourRequest("t1", [("s5", vector(5))], vector(6), 3, None, 2, False, 0.25, keep=False),
         ]
     )
     got = pickle.loads(pickle.dumps(sent))
     assert type(got) is WaveRequests and len(got) == 3
     for a, b in zip(sent, got, strict=True):
-        fields = ("tenant_id", "k", "exclude_agent", "leaf_k", "observe")
+        fields = ("tenant_id", "k", "exclude_agent", "leaf_k", "observe", "centroid_floor", "keep")
         assert [getattr(a, f) for f in fields] == [getattr(b, f) for f in fields]
         assert [q for q, _ in a.queries] == [q for q, _ in b.queries]
         assert all(np.array_equal(x, y) and y.dtype == np.float32 for (_, x), (_, y) in zip(a.queries, b.queries, strict=True))
