@@ -5,7 +5,11 @@ far faster than they run); then, for ``--seconds``, how many walks finished (``m
 before and after) and the CPU each process role spent per finished walk. Run it from two trees in turn
 to compare them (``PYTHONPATH`` at the other checkout).
 
-Run: ``.venv/bin/python -m bench.walk_drain [--cells 4000] [--seconds 25]``.
+The baseline, run first in the same process: the real model (``minilm``) alone, in batches of 64 on
+every usable CPU, its texts/s and CPU per text (issue 12: "walk CPU per cell below the model's cost per
+text"; a written cell starts one walk). ``--no-model`` skips it.
+
+Run: ``.venv/bin/python -m bench.walk_drain [--cells 4000] [--seconds 25] [--no-model]``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import httpx
 
 from bench.burst import INTERESTS, load_corpus
 from bench.common import MemeshServer, Report, SentenceGen, banner, cpu_line
+from bench.model_threads import measure as model_measure
 
 SECTION = "walk drain"
 
@@ -42,9 +47,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=4000)
     parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--no-model", action="store_true", help="skip the model's baseline")
     args = parser.parse_args()
     banner(f"walk drain (hash, {args.cells} cells written at once, {args.seconds:.0f} s measured)")
     report = Report()
+    model_cpu_ms = model_text_ms = None
+    if not args.no_model:
+        from head.cpus import usable_cpus
+        from head.embedding import make_engine
+
+        rate, model_cpu_ms = model_measure(make_engine("minilm", threads=usable_cpus()), SentenceGen(3), 64, 8.0)
+        model_text_ms = 1000 / rate
+        report.add(SECTION, "model alone, batches of 64", rate, "texts/s", note=f"{usable_cpus()} CPUs")
+        report.add(SECTION, "model alone, CPU per text", model_cpu_ms, "ms")
     with MemeshServer("hash") as server:
         key = server.issue_key(name="drain")
         with server.client(key) as http:
@@ -56,8 +71,15 @@ def main() -> None:
         time.sleep(args.seconds)
         walked = before - backlog(server.base_url)
         kept, run = (now - then for now, then in zip(searches(server.base_url), searched, strict=True))
-        line = cpu_line(server.cpu().since(snap), int(walked))
+        spent = server.cpu().since(snap)
+        line = cpu_line(spent, int(walked))
         report.add(SECTION, "walks finished", walked / args.seconds, "walks/s", note=f"backlog {before:.0f} at the start")
+        walk_ms = 1000 * sum(secs for role, secs in spent.items() if role != "wall") / max(walked, 1)
+        if model_cpu_ms is not None and model_text_ms is not None:
+            report.add(SECTION, "server CPU per walk (every process)", walk_ms, "ms", "model CPU per text", model_cpu_ms)
+            report.add(SECTION, "server CPU per walk (again)", walk_ms, "ms", "model wall ms per text", model_text_ms)
+        else:
+            report.add(SECTION, "server CPU per walk (every process)", walk_ms, "ms")
         print(f"    {line}", flush=True)
         print(f"    scene searches: {kept:.0f} answered from kept answers, {run:.0f} run ({kept / max(kept + run, 1):.0%} kept)")
     report.print_table()
