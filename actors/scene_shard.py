@@ -2,20 +2,16 @@
 
 Guarantees:
 - Single writer of its tables (``scene_shard_<n>_cells``, ``..._scenes``, ``..._propagated``) and journal.
-- ``write`` answers only once the cells are durable: journaled on a local
-  database (``actors.commit_behind``: committed to the table behind the answer,
-  replayed by a load), committed elsewhere (the scenes they founded commit
-  beside them; a load restores any whose row did not land, so a stored cell
-  loads whole); a retried write with the same cell ids is a no-op that returns
-  the stored cells, so Ray may replay it after a restart.
-- What is written is always the record as memory holds it at commit time, and
-  only while memory still holds it: a change queued before an erase or a
-  rolled-back consolidation never writes a removed row back.
-- On (re)start it reloads every row it can decode and rebuilds its in-memory index, so a killed shard
-  loses nothing it acknowledged.
-- Mutations of the in-memory state run without an ``await`` in the middle, so concurrent calls on the
-  actor's event loop never see half a transition. The quadratic part of a consolidation runs in a
-  worker thread over a snapshot, bounded by ``SceneTuning.max_members``.
+- ``write`` answers only once the cells are durable: journaled on a local database (``actors.commit_behind``:
+  committed to the table behind the answer, replayed by a load), committed elsewhere (the scenes they founded
+  commit beside them; a load restores any whose row did not land, so a stored cell loads whole); a retried
+  write with the same cell ids is a no-op that returns the stored cells, so Ray may replay it after a restart.
+- What is written is always the record as memory holds it at commit time, and only while memory still holds
+  it: a change queued before an erase or a rolled-back consolidation never writes a removed row back.
+- On (re)start it reloads every row it can decode and rebuilds its in-memory index: it loses nothing acknowledged.
+- Mutations of the in-memory state run without an ``await`` in the middle, so concurrent calls on the actor's
+  event loop never see half a transition. The quadratic part of a consolidation runs in a worker thread over
+  a snapshot, bounded by ``SceneTuning.max_members``. Its waves yield to its searches (``actors.read_yield``).
 - An erase is two idempotent steps, ``erase_plan`` (resolve and stop the cells' walks) and
   ``erase_cells`` (remove, by id, from memory, the journal and every data file); a repeat changes nothing.
 """
@@ -36,6 +32,7 @@ from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, s
 from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
 from actors.presence import PresenceTeller
+from actors.read_yield import ReadYield
 from actors.scene_erase import plan_erase
 from actors.scene_reembed import SceneReembedding
 from actors.scene_rows import commit_rows
@@ -72,6 +69,8 @@ class ShardConfig:
     walks: bool = False  # its writes start walks (each batch run by walker index % walkers: ``actors.walker``)
     walk_batch: int = 64  # walks decided together, in lockstep
     max_walk_backlog: int = 100_000  # walks waiting past which new writes are refused (429), until they drain
+    read_yield_s: float = 0.002  # a wave's pause after each part while searches are recent (0: never)
+    read_window_s: float = 0.05  # how recent a search must be for a wave to pause
     generation: int = 0  # of the partition layout (mesh.layout): which tables this shard owns
 
 
@@ -112,6 +111,7 @@ class SceneShard(SceneReembedding):
         self._staged: dict[str, Vector] = {}  # a reembed's new vectors, switched in by apply_staged
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
+        self._reads = ReadYield(config.read_yield_s, config.read_window_s)  # walks yield to reads
         # Access times: a long window, so their upserts stay off the write path.
         self._touch_commit: GroupCommitter[Record] = GroupCommitter(
             self._flush, config.storage.soft_commit_window_s, 100_000, self._commit_timing
@@ -217,6 +217,7 @@ class SceneShard(SceneReembedding):
             "journal_pending": self._behind.outstanding if self._behind else 0,
             "scene_searches_kept": partition.scene_index.answers.hits,
             "scene_searches_run": partition.scene_index.answers.misses,
+            "wave_read_pauses": self._reads.pauses,
             "skipped_rows": self._skipped,
             "pid": os.getpid(),
             **self._commit_timing.fields("commit"),
@@ -280,11 +281,11 @@ class SceneShard(SceneReembedding):
         return await self._walks.settle(timeout_s)
 
     async def neighbours_many(self, requests: list[NeighbourRequest]) -> PackedAnswers:
-        """Packed for the wire, ``NEIGHBOUR_PART`` walks a part, a turn of the event loop between parts (a
-        search waits for a part, not for the wave); each walk's answer is read from one state of the partition."""
+        """Packed for the wire, ``NEIGHBOUR_PART`` walks a part, a pause between parts (``actors.read_yield``: a
+        search waits for a part, not the wave); each walk's answer is read from one state of the partition."""
         parts: list[PackedAnswers] = []
         for answer in neighbour_scene_parts(await self._ready(), requests, NEIGHBOUR_PART):
-            await asyncio.sleep(0)
+            await asyncio.sleep(self._reads.pause())
             parts.append(answer)
         return PackedAnswers.joined(parts)
 
@@ -297,6 +298,7 @@ class SceneShard(SceneReembedding):
                 answers.append(partition.answer(request))
             except MemeshError as exc:
                 answers.append(exc)
+        self._reads.read()
         return answers
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None:

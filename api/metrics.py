@@ -32,6 +32,8 @@ The service's own (docs/operations.md, "Retention, quotas and their metrics"):
 - ``memesh_walk_scene_searches_total{answer}`` (counter): the waves' searches of scene centroids, answered
   without a search (``kept``: an answer kept since the tenant's scenes last changed, or a repeat within the
   wave) or run (``run``): ``mesh.nearest_cache``
+- ``memesh_walk_read_pauses_total`` (counter): pauses the scene shards' waves took because searches were
+  recent (``propagation.read_yield_s``: walks yield to reads)
 - ``memesh_embedding_queue_texts`` (gauge) and
   ``memesh_embedding_requests_dropped_total`` (counter): texts waiting for
   the model, and requests dropped unencoded because their caller gave up
@@ -135,6 +137,7 @@ class ServiceCollector(Collector):
         for name, key, help_text in (
             ("memesh_walks", "walks", "Walks decided since the walkers started."),
             ("memesh_walk_messages", "walk_messages", "Actor calls their waves made (owner-addressed: owners only)."),
+            ("memesh_walk_read_pauses", "wave_read_pauses", "Pauses waves took to yield to recent searches."),
         ):
             yield CounterMetricFamily(name, help_text, value=float(h.get(key, 0)))
         searches = CounterMetricFamily(

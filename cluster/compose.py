@@ -116,6 +116,8 @@ def actor_plan(
             walks=prop.enabled,
             walk_batch=prop.walk_batch,
             max_walk_backlog=prop.max_walk_backlog,
+            read_yield_s=prop.read_yield_s,
+            read_window_s=prop.read_window_s,
             generation=layout.generation("scene_shard"),
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))

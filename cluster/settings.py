@@ -127,6 +127,8 @@ class PropagationSettings(Section):
     deliver_to_writer: bool = False
     walk_batch: int = Field(64, ge=1, le=4096)
     max_walk_backlog: int = Field(100_000, ge=1)  # per scene shard; at it, writes to the shard get 429
+    read_yield_s: float = Field(0.002, ge=0, le=1)  # walks yield to reads: a wave's pause per part while searches are recent
+    read_window_s: float = Field(0.05, ge=0, le=60)  # how recent a shard's last search must be for its waves to pause
     max_inflight_records: int = Field(64, ge=1)
     owner_addressed: bool = True  # a wave messages only owners that may hold the tenant (mesh/presence.py)
     walkers: int | None = Field(None, ge=1, le=1024)  # walker actors (actors/walker.py); None: one per scene shard at start

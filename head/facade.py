@@ -199,6 +199,7 @@ class Memesh:
             "walk_messages": sum(w.get("walk_messages", 0) for w in walkers),
             "scene_searches_kept": sum(s.get("scene_searches_kept", 0) for s in shards),
             "scene_searches_run": sum(s.get("scene_searches_run", 0) for s in shards),
+            "wave_read_pauses": sum(s.get("wave_read_pauses", 0) for s in shards),
             "beacons": sum(b["beacons"] for b in beacons),
             "inboxes": sum(i["inboxes"] for i in inboxes),
             "deliveries": sum(i.get("deliveries", 0) for i in inboxes),
