@@ -271,6 +271,23 @@ class MemeshServer:
                 time.sleep(0.5)
         return False
 
+    def walks_decided(self) -> float:
+        """``memesh_walks_total`` on ``/metrics``: walks the walkers have finished since they started (as fresh
+        as ``server.health_cache_s`` allows)."""
+        text = httpx.get(f"{self.base_url}/metrics", trust_env=False, timeout=10.0).text
+        return next((float(line.split()[1]) for line in text.splitlines() if line.startswith("memesh_walks_total ")), 0.0)
+
+    def wait_walked(self, target: float, max_wait_s: float, poll_s: float = 0.05) -> tuple[float, bool]:
+        """Wait (bounded) until ``memesh_walks_total`` reaches ``target`` (each written cell starts one walk, so
+        the walks before the writes plus the cells written): returns (seconds waited, reached). To within
+        ``poll_s`` plus ``server.health_cache_s``, the time until the last of those walks is done."""
+        started = time.perf_counter()
+        while time.perf_counter() - started < max_wait_s:
+            if self.walks_decided() >= target:
+                return time.perf_counter() - started, True
+            time.sleep(poll_s)
+        return time.perf_counter() - started, False
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

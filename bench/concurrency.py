@@ -11,8 +11,10 @@ changes so each later step can be held against it:
 - ``POST /v1/recall`` (k 10) with 1, 8 and 32 concurrent clients: requests/s
   as a ratio to the model's batched rate, p50 and p99;
 - single-cell ``POST /v1/cells`` with 1, 8 and 32 clients: the same figures,
-  then the time until the walks those writes started have drained, and the
-  sustained rate (cells / (run + drain));
+  then the time until the last walk those writes started is done
+  (``memesh_walks_total`` reaching the cells written, polled every 50 ms on a
+  server whose ``health_cache_s`` is 0.05), and the sustained rate
+  (cells / (run + that time));
 - for each run, the server's CPU per request by process role (head, scene
   shards, ...), to say where the time goes.
 
@@ -106,7 +108,7 @@ def main() -> None:
     parser.add_argument("--rankings", default="hybrid,dense", help="recall rankings to run, in order (comma-separated)")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
     args = parser.parse_args()
-    env = dict(item.split("=", 1) for item in args.env)
+    env = {"MEMESH_SERVER__HEALTH_CACHE_S": "0.05", **dict(item.split("=", 1) for item in args.env)}
     rankings = [r for r in args.rankings.split(",") if r]
     from head.embedding import make_engine
 
@@ -138,11 +140,12 @@ def main() -> None:
                 report.add(SECTION, f"{name}, p50", p50, "ms")
                 report.add(SECTION, f"{name}, p99", p99, "ms")
         for clients in CLIENTS:
-            snap = server.cpu()
+            snap, walks_before = server.cpu(), server.walks_decided()
             with profiled(server, args.profile if clients == 8 else None, "write-8"):
                 written = asyncio.run(concurrent_writes(server, key, gen, clients, args.requests, 1))
             acked = server.cpu()
-            drain_s, drained = server.settle(600.0)
+            drain_s, drained = server.wait_walked(walks_before + written.cells, 600.0)
+            server.settle(600.0)  # quiet again before the next run (commits behind, access times); not timed
             print(f"    acknowledged: {cpu_line(acked.since(snap), args.requests)}", flush=True)
             print(f"    with walks:   {cpu_line(server.cpu().since(snap), args.requests)}", flush=True)
             p50, p99 = (percentile(written.latencies, p) * 1000 for p in (50, 99))
