@@ -10,6 +10,9 @@ so the burst's walks deliver:
   ``--burst-s`` seconds (a 429 waits its ``Retry-After``, or 0.2 s, and counts); one client recalls
   without pause from the burst's start until the last walk the burst started has drained
   (``memesh_walk_backlog`` 0);
+- **idle after**: once the walks have drained, the same ``--requests`` recalls again. The burst adds
+  several times the cells the server held (10k to about 56k by default), and a recall searches them all,
+  so the recalls during the drain are held against idle at the size they searched as well;
 - the figures: recall p50 and p99 idle and during the burst (the bar: p99 within 2x of idle's), the
   cells the burst wrote and their rate, the refusals, and how long the walks ran on after the last write;
   and the server's CPU by process role per written cell, during the burst and during the drain after it.
@@ -147,6 +150,18 @@ def main() -> None:
         report.add(SECTION, "walks running after the last write", during["drain_s"], "s")
         sustained = during["written"] / (during["wrote_s"] + during["drain_s"])
         report.add(SECTION, "sustained: cells / (burst + their walks' drain)", sustained, "cells/s")
+        server.settle(600.0)
+        asyncio.run(concurrent_recalls(server, key, gen.many(20), 1))  # warm-up
+        after = Stats.of(asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), 1)).latencies)
+        held = f"idle after the drain ({args.cells + during['written']:,.0f} cells)"
+        report.add(SECTION, f"recall, {held}, p50", after.p50_ms, "ms")
+        report.add(SECTION, f"recall, {held}, p99", after.p99_ms, "ms")
+        name = "recall during the burst, p99 (against idle after)"
+        report.add(SECTION, name, during["p99_ms"], "ms", "idle after p99", after.p99_ms)
+        name = "recall while only walks ran, p50 (against idle after)"
+        report.add(SECTION, name, during["drain_p50_ms"], "ms", "idle after p50", after.p50_ms)
+        name = "recall while only walks ran, p99 (against idle after)"
+        report.add(SECTION, name, during["drain_p99_ms"], "ms", "idle after p99", after.p99_ms)
     report.print_table()
 
 
