@@ -125,14 +125,34 @@ class _Postings:
     counts: array[int] = field(default_factory=lambda: array("i"))
 
 
+@dataclass(frozen=True, slots=True)
+class _Statistics:
+    """What a query's BM25 needs besides its terms' postings, for one state of the index and one set of live
+    rows: per project the live document count, per row its length norm ``k1 * (1 - b + b * length / average
+    length of its project's live rows)``. ``key`` is (index generation, rows, k1, b); ``live`` the packed
+    live flags it was computed over."""
+
+    key: tuple[int, int, float, float]
+    live: bytes
+    docs: npt.NDArray[np.float64]
+    norm: npt.NDArray[np.float32]
+
+
 class LexicalIndex:
-    """Term postings over rows, with each row's length and project code (row-aligned)."""
+    """Term postings over rows, with each row's length and project code (row-aligned).
+
+    The per-project statistics and row norms a query needs are kept for the next query until a row is added
+    or removed, or the live rows or ``k1``/``b`` differ: consecutive reads of an unchanged tenant compute them
+    once."""
 
     def __init__(self) -> None:
         self._postings: dict[str, _Postings] = {}
         self._length = np.zeros(256, dtype=np.float32)
         self._project = np.zeros(256, dtype=np.int32)
         self._indexed = np.zeros(256, dtype=np.bool_)
+        self._width = 1  # project codes seen are below it
+        self._generation = 0  # bumped by every add and remove
+        self._statistics: _Statistics | None = None
 
     def __contains__(self, row: int) -> bool:
         return row < self._indexed.shape[0] and bool(self._indexed[row])
@@ -153,6 +173,8 @@ class LexicalIndex:
         self._length[row] = sum(counted.values())
         self._project[row] = project
         self._indexed[row] = True
+        self._width = max(self._width, project + 1)
+        self._generation += 1
 
     def remove(self, row: int, text: str) -> None:
         """Take row ``row`` (indexed from ``text``) out of every posting: what an erase does."""
@@ -173,6 +195,7 @@ class LexicalIndex:
             postings.rows, postings.counts = kept_rows, kept_counts
         self._length[row] = 0.0
         self._indexed[row] = False
+        self._generation += 1
 
     def scores(
         self, query: list[str], live: BoolMask, allowed: BoolMask, k1: float = 1.2, b: float = 0.75
@@ -183,16 +206,11 @@ class LexicalIndex:
         total = np.zeros(n, dtype=np.float32)
         if n == 0 or not query:
             return total
-        counted = Counter(query)
-        live_rows = live & self._indexed[:n]
-        projects = self._project[:n]
-        width = int(projects[live_rows].max(initial=-1)) + 1
-        if width == 0:
+        found = [(weight, postings) for term, weight in Counter(query).items() if (postings := self._postings.get(term))]
+        if not found:
             return total
-        docs = np.bincount(projects[live_rows], minlength=width).astype(np.float64)
-        lengths = np.bincount(projects[live_rows], weights=self._length[:n][live_rows], minlength=width)
-        average = np.divide(lengths, docs, out=np.ones(width), where=docs > 0)
-        found = [(weight, self._postings[term]) for term, weight in counted.items() if term in self._postings]
+        live_rows = live & self._indexed[:n]
+        statistics = self._statistics_of(live_rows, k1, b)
         summed = np.zeros(n, dtype=np.float64)
         chunk: list[tuple[int, _Postings]] = []
         size = 0
@@ -200,44 +218,58 @@ class LexicalIndex:
             chunk.append((weight, postings))
             size += len(postings.rows)
             if size >= POSTINGS_PER_PASS:
-                summed += self._gains(chunk, n, live_rows, allowed, projects, width, docs, average, k1, b)
+                summed += self._gains(chunk, live_rows, allowed, statistics, k1)
                 chunk, size = [], 0
         if chunk:
-            summed += self._gains(chunk, n, live_rows, allowed, projects, width, docs, average, k1, b)
+            summed += self._gains(chunk, live_rows, allowed, statistics, k1)
         total += summed.astype(np.float32)
         return total
+
+    def _statistics_of(self, live_rows: BoolMask, k1: float, b: float) -> _Statistics:
+        """The statistics over ``live_rows`` (rows ``0 .. n-1``), the kept ones when nothing they depend on changed."""
+        n = live_rows.shape[0]
+        key, packed = (self._generation, n, k1, b), np.packbits(live_rows).tobytes()
+        kept = self._statistics
+        if kept is not None and kept.key == key and kept.live == packed:
+            return kept
+        projects, lengths = self._project[:n], self._length[:n]
+        docs = np.bincount(projects, weights=live_rows, minlength=self._width).astype(np.float64, copy=False)
+        total = np.bincount(projects, weights=np.where(live_rows, lengths, np.float32(0)), minlength=self._width)
+        average = np.divide(total, docs, out=np.ones(docs.shape[0]), where=docs > 0)
+        norm = k1 * (1.0 - b + b * lengths / average[projects].astype(np.float32))
+        self._statistics = _Statistics(key, packed, docs, norm.astype(np.float32, copy=False))
+        return self._statistics
 
     def _gains(
         self,
         found: list[tuple[int, _Postings]],
-        n: int,
         live_rows: BoolMask,
         allowed: BoolMask,
-        projects: npt.NDArray[np.int32],
-        width: int,
-        docs: npt.NDArray[np.float64],
-        average: npt.NDArray[np.float64],
+        statistics: _Statistics,
         k1: float,
-        b: float,
     ) -> npt.NDArray[np.float64]:
         """Each row's BM25 over the terms of ``found`` (weight, postings), in one pass over their postings (a
         handful of numpy calls, not a dozen a term): each posting's term, row and count, then per (term,
         project) the document frequency and idf, then the gains summed per row in the terms' order."""
+        n = live_rows.shape[0]
+        width = statistics.docs.shape[0]
         rows = np.concatenate([np.frombuffer(p.rows, dtype=np.int32) for _, p in found])
         counts = np.concatenate([np.frombuffer(p.counts, dtype=np.int32) for _, p in found])
         term = np.repeat(np.arange(len(found), dtype=np.int32), [len(p.rows) for _, p in found])
-        inside = rows < n
-        rows, counts, term = rows[inside], counts[inside], term[inside]
+        if rows.size and int(rows.max()) >= n:  # rows beyond those asked about (a shorter mask) take no part
+            inside = rows < n
+            rows, counts, term = rows[inside], counts[inside], term[inside]
         alive = live_rows[rows]
-        cell = term * np.int32(width) + projects[rows]  # (term, project) of each posting
-        frequency = np.bincount(cell[alive], minlength=len(found) * width).astype(np.float64).reshape(len(found), width)
-        idf = np.log1p((docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
+        cell = term if width == 1 else term * np.int32(width) + self._project[rows]  # (term, project) of each posting
+        frequency = np.bincount(cell, weights=alive, minlength=len(found) * width).reshape(len(found), width)
+        idf = np.log1p((statistics.docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
         chosen = allowed[rows] & alive
-        rows, counts, term, cell = rows[chosen], counts[chosen].astype(np.float32), term[chosen], cell[chosen]
+        if not chosen.all():
+            rows, counts, term, cell = rows[chosen], counts[chosen], term[chosen], cell[chosen]
         weights = np.array([weight for weight, _ in found], dtype=np.float32)
-        norm = k1 * (1.0 - b + b * self._length[rows] / average[projects[rows]].astype(np.float32))
-        gain = weights[term] * idf.ravel()[cell] * counts * (k1 + 1.0) / (counts + norm)
-        summed: npt.NDArray[np.float64] = np.asarray(np.bincount(rows, weights=gain, minlength=n)[:n], dtype=np.float64)
+        tf = counts.astype(np.float32)
+        gain = weights[term] * idf.ravel()[cell] * tf * (k1 + 1.0) / (tf + statistics.norm[rows])
+        summed = np.bincount(rows, weights=gain, minlength=n)[:n].astype(np.float64, copy=False)
         return summed
 
     def _grow(self, row: int) -> None:

@@ -110,6 +110,40 @@ def test_remove_is_the_inverse_of_add() -> None:
     assert np.allclose(index.scores(["plan"], live, live), before)
 
 
+def test_kept_statistics_never_outlive_what_they_were_computed_from() -> None:
+    """A query after a write, an erase, a tombstone or other ``k1``/``b`` scores as on an index built afresh."""
+    texts = ["plan the zebra budget", "plan b", "zebra crossing plan", "budget review", "the plan for plans"]
+
+    def fresh(rows: list[int]) -> LexicalIndex:
+        built = LexicalIndex()
+        for row in rows:
+            built.add(row, 1 + row % 2, texts[row])
+        return built
+
+    index = fresh([0, 1, 2, 3])
+    query = terms("plan zebra budget")
+    live = np.array([True, True, True, True, False])
+    first = index.scores(query, live, live)
+    assert np.array_equal(index.scores(query, live, live), first)  # kept: the same answer
+    index.add(4, 1, texts[4])  # a write
+    live = np.ones(5, dtype=np.bool_)
+    assert np.array_equal(index.scores(query, live, live), fresh([0, 1, 2, 3, 4]).scores(query, live, live))
+    dead = np.array([True, False, True, True, True])  # a tombstone: the live rows differ
+    assert np.array_equal(index.scores(query, dead, dead), fresh([0, 1, 2, 3, 4]).scores(query, dead, dead))
+    other = fresh([0, 1, 2, 3, 4]).scores(query, live, live, k1=2.0, b=0.3)
+    assert np.array_equal(index.scores(query, live, live, k1=2.0, b=0.3), other)
+    assert np.array_equal(index.scores(query, live, live), fresh([0, 1, 2, 3, 4]).scores(query, live, live))
+    index.remove(2, texts[2])  # an erase, asked about with the same live flags as the query before it
+    assert np.array_equal(index.scores(query, live, live), fresh([0, 1, 3, 4]).scores(query, live, live))
+    gone = np.array([True, True, False, True, True])
+    assert np.array_equal(index.scores(query, gone, gone), fresh([0, 1, 3, 4]).scores(query, gone, gone))
+    index.remove(3, texts[3])  # the same row indexed again from a longer text: the same live rows, other lengths
+    index.add(3, 2, texts[3] + " and a longer review of it")
+    again = fresh([0, 1, 4])
+    again.add(3, 2, texts[3] + " and a longer review of it")
+    assert np.array_equal(index.scores(query, gone, gone), again.scores(query, gone, gone))
+
+
 def test_fusion_rewards_agreement_and_keeps_dense_order_alone() -> None:
     a, b, c = (cell(direction(i, DIMS)) for i in range(3))
     dense = [(a, 0.9), (b, 0.8), (c, 0.7)]
