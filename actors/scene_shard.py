@@ -51,7 +51,6 @@ from mesh.neighbours import neighbour_scene_parts
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.seam import Directory
-from mesh.search_wire import SearchAnswers
 from mesh.tuning import SceneTuning
 from mesh.walk import NeighbourRequest
 from mesh.walk_wire import PackedAnswers
@@ -293,7 +292,12 @@ class SceneShard(SceneReembedding):
     async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
         """Each request's answer, in order, as if asked alone (a refusal is returned in its place)."""
         partition = await self._ready()
-        answers = SearchAnswers.of(requests, partition.answer)  # pickled as columns: see mesh.search_wire
+        answers: list[SearchAnswer | MemeshError] = []
+        for request in requests:
+            try:
+                answers.append(partition.answer(request))
+            except MemeshError as exc:
+                answers.append(exc)
         self._reads.read()
         return answers
 
