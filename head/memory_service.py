@@ -301,8 +301,13 @@ class MemoryService:
         return fuse(dense, lexical, self._retrieval)
 
     async def _fan_out(self, request: SearchRequest) -> list[SearchAnswer]:
-        """Every scene shard's answer to ``request``, in parallel (coalesced with concurrent requests per shard)."""
-        return await asyncio.gather(*(self.searches.search(i, request) for i in range(self._dir.spec.scene_shards)))
+        """The answers of the scene shards that can hold a match, in parallel (coalesced with concurrent
+        requests per shard): those owning the filter's projects when it names them (a read scope does), every
+        shard otherwise. A project's cells live on its owner only (writes route the same way), so the shards
+        left out had nothing to give."""
+        projects, everyone = request.flt.project_ids, range(self._dir.spec.scene_shards)
+        shards = everyone if projects is None else sorted({self._shard_of(request.tenant_id, p) for p in projects})
+        return await asyncio.gather(*(self.searches.search(i, request) for i in shards))
 
     async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
         return await self._dir.scene_shard(shard).search_batch(requests)

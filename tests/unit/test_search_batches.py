@@ -101,3 +101,39 @@ async def test_batching_on_and_off_gives_the_same_answers(tmp_path: Path, rankin
             await memesh.close()
     assert answers[True] == answers[False]
     assert any(answers[True])
+
+
+async def test_a_search_scoped_to_projects_asks_only_the_shards_that_own_them(tmp_path: Path) -> None:
+    """A read scope names the projects a search can match: only their owners are asked (a recall of an agent
+    scoped to one project costs one shard's call, not one per shard), and the answer is the whole tenant's
+    answer restricted to those projects."""
+    memesh = build_memesh(in_process_settings(tmp_path / "data", ray={"scene_shards": 4}, retrieval={"batch_searches": False}))
+    try:
+        api = Api(memesh)
+        writer = await api.key()
+        projects = [f"p{i}" for i in range(8)]
+        owners = {p: memesh.memory._shard_of("t1", p) for p in projects}
+        assert len(set(owners.values())) > 2, owners  # the projects spread over the shards
+        cells = [
+            {"content": f"the {p} deploy {w}", "cell_type": "Fact", "project_id": p}
+            for p in projects
+            for w in ("failed", "stalled")
+        ]
+        assert (await api.send("POST", "/v1/cells:batch", writer, {"cells": cells})).status_code == 201
+        scope = ["p1", "p2"]
+        scoped = await api.key(roles=("Reader",), read_scope=scope)
+        for path in ("/v1/query", "/v1/recall"):
+            for ranking in ("hybrid", "dense"):
+                before = memesh.memory.searches.calls
+                reply = await api.send("POST", path, scoped, {"text": "deploy failed", "k": 10, "ranking": ranking})
+                assert reply.status_code == 200, reply.text
+                assert memesh.memory.searches.calls - before == len({owners[p] for p in scope})
+                assert {n["node_type"]["Cell"]["project_id"] for n in reply.json()} == set(scope)
+        everything = await api.send("POST", "/v1/query", writer, {"text": "deploy failed", "k": 50, "ranking": "dense"})
+        before = memesh.memory.searches.calls
+        narrowed = await api.send("POST", "/v1/query", scoped, {"text": "deploy failed", "k": 50, "ranking": "dense"})
+        assert memesh.memory.searches.calls - before < memesh.directory.spec.scene_shards
+        expected = [n["id"] for n in everything.json() if n["node_type"]["Cell"]["project_id"] in scope]
+        assert [n["id"] for n in narrowed.json()] == expected and len(expected) == 4
+    finally:
+        await memesh.close()
