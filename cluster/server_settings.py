@@ -35,6 +35,7 @@ class ServerSettings(Section):
     grpc_tls_keyfile: Path | None = None
     metrics_token: SecretStr | None = None  # when set, GET /metrics needs "Authorization: Bearer <token>"
     health_cache_s: float = Field(1.0, ge=0, le=60)  # /healthz answers from one actor round at most this often
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"  # the head's event loop (docs/configuration.md)
 
     @model_validator(mode="after")
     def _tls_pair(self) -> ServerSettings:
