@@ -19,7 +19,7 @@ import numpy as np
 from mesh.erasure import Selector
 from mesh.errors import Conflict, NotFound, ValidationFailed
 from mesh.model import Cell, Layer, Scene, Vector
-from mesh.partition_index import SceneCentroidIndex, SceneHits, TenantCellIndex
+from mesh.partition_index import JoinScores, SceneCentroidIndex, SceneHits, TenantCellIndex
 from mesh.pattern import duplicate_groups, pattern_of
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.storage_cost import stored_bytes
@@ -119,12 +119,13 @@ class MemoryPartition:
             if cell.id not in self.cells and cell.embedding.shape != (self.dims,):
                 raise ValidationFailed("embedding has the wrong number of dimensions")
         self.check_scenes(cells)
+        joins = self.scene_index.joins([c for c in cells if c.scene_id is None and c.id not in self.cells])
         for cell in cells:
             stored = self.cells.get(cell.id)
             if stored is not None:
                 outcome.cells.append(stored)
                 continue
-            scene = self._scene_for(cell, spare, outcome)
+            scene = self._scene_for(cell, spare, outcome, joins)
             cell.scene_id = scene.id
             self._insert(cell)
             self.scene_index.update(scene)
@@ -167,10 +168,10 @@ class MemoryPartition:
             self.scenes.pop(scene.id, None)
             self.scene_index.hide(scene)
 
-    def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome) -> Scene:
+    def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome, joins: JoinScores) -> Scene:
         if cell.scene_id is not None:
             return self._explicit_scene(cell)
-        nearest = self.scene_index.nearest_in_project(cell.tenant_id, cell.project_id, cell.embedding, 8)
+        nearest = joins.nearest_in_project(cell, 8)
         for near, similarity in nearest:  # the nearest with room
             if similarity < self.tuning.join_similarity:
                 break

@@ -151,6 +151,22 @@ class SceneCentroidIndex:
         index = self._by_project.get((tenant_id, project_id))
         return [] if index is None else index.search(vector, k)
 
+    def joins(self, cells: list[Cell]) -> JoinScores:
+        """The scores a write batch's ``cells`` look for a scene to join by: one matrix product per project
+        that two or more of them write to (a lone cell's search is as cheap as its share of a product)."""
+        by_project: dict[tuple[str, str], list[int]] = {}
+        for i, cell in enumerate(cells):
+            by_project.setdefault((cell.tenant_id, cell.project_id), []).append(i)
+        taken: dict[str, tuple[VectorIndex, int, npt.NDArray[np.float32]]] = {}
+        for key, positions in by_project.items():
+            index = self._by_project.get(key)
+            if index is None or len(positions) < 2:
+                continue
+            version, scores = index.scores_since(np.stack([cells[i].embedding for i in positions]))
+            for row, i in enumerate(positions):
+                taken[cells[i].id] = (index, version, scores[row])
+        return JoinScores(self, taken)
+
     def nearest(self, tenant_id: str, vector: Vector, k: int) -> list[tuple[str, float]]:
         """The ids of the tenant's ``k`` live scenes (any project) nearest ``vector``, best first."""
         index = self._by_tenant.get(tenant_id)
@@ -196,3 +212,23 @@ class SceneCentroidIndex:
         if index is None:
             index = self._by_project[key] = VectorIndex(self.dims, capacity=16)
         return index
+
+
+class JoinScores:
+    """A write batch's scores against its projects' scene centroids, taken once (``SceneCentroidIndex.joins``).
+
+    Guarantee: ``nearest_in_project`` answers what ``SceneCentroidIndex.nearest_in_project`` would at the moment
+    it is asked, whatever the batch changed since (a scene a cell before it founded or moved is scored again,
+    ``VectorIndex.search_from``), up to the rounding of one product against another.
+    """
+
+    def __init__(self, centroids: SceneCentroidIndex, taken: dict[str, tuple[VectorIndex, int, npt.NDArray[np.float32]]]) -> None:
+        self._centroids = centroids
+        self._taken = taken
+
+    def nearest_in_project(self, cell: Cell, k: int) -> list[tuple[str, float]]:
+        taken = self._taken.get(cell.id)
+        if taken is None:
+            return self._centroids.nearest_in_project(cell.tenant_id, cell.project_id, cell.embedding, k)
+        index, version, scores = taken
+        return index.search_from(scores, version, cell.embedding, k)

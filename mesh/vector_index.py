@@ -41,7 +41,10 @@ def id_key(node_id: str) -> tuple[int, int]:
 class VectorIndex:
     """Rows of (id, unit vector). Guarantees: ``search`` returns live rows only,
     best first, ties broken by insertion order; ``upsert`` of an existing id
-    replaces its vector in place."""
+    replaces its vector in place. ``version`` counts the changes of row vectors,
+    and every row remembers the change that last set it, so scores taken once
+    (``scores_since``) can be brought up to date by scoring only the rows
+    changed since (``search_from``)."""
 
     def __init__(self, dims: int, capacity: int = 256) -> None:
         self.dims = dims
@@ -49,6 +52,8 @@ class VectorIndex:
         self._live = np.zeros(max(capacity, 1), dtype=np.bool_)
         self._key_hi = np.zeros(max(capacity, 1), dtype=np.uint64)
         self._key_lo = np.zeros(max(capacity, 1), dtype=np.uint64)
+        self._changed = np.zeros(max(capacity, 1), dtype=np.uint64)  # per row: the version that last set its vector
+        self.version = 0
         self._ids: list[str] = []
         self._row: dict[str, int] = {}
 
@@ -83,7 +88,12 @@ class VectorIndex:
             self._key_hi[row], self._key_lo[row] = id_key(node_id)
         self._matrix[row] = vector
         self._live[row] = live
+        self._set(row)
         return row
+
+    def _set(self, row: int) -> None:
+        self.version += 1
+        self._changed[row] = self.version
 
     def set_live(self, node_id: str, live: bool) -> None:
         row = self._row.get(node_id)
@@ -96,6 +106,7 @@ class VectorIndex:
         if row is not None:
             self._matrix[row] = 0.0
             self._live[row] = False
+            self._set(row)
 
     def forget(self, node_id: str) -> None:
         """``erase``, and unmap the id: a later ``upsert`` of it takes a new row (the old row stays dead)."""
@@ -103,6 +114,7 @@ class VectorIndex:
         if row is not None:
             self._matrix[row] = 0.0
             self._live[row] = False
+            self._set(row)
 
     def similarity(self, node_ids: list[str], vector: Vector) -> npt.NDArray[np.float32]:
         """Cosine of ``vector`` with each of ``node_ids`` (one gather and one product)."""
@@ -130,6 +142,30 @@ class VectorIndex:
         """Cosine of every row (dead rows included) with each of ``queries``: rows x queries."""
         result: npt.NDArray[np.float32] = self._matrix[: self.size] @ queries.astype(np.float32, copy=False).T
         return result
+
+    def scores_since(self, queries: npt.NDArray[np.float32]) -> tuple[int, npt.NDArray[np.float32]]:
+        """The version now, and the cosine of every row (dead ones included) with each of ``queries``: queries x
+        rows, each query's scores contiguous (one matrix product): what ``search_from`` starts from."""
+        result: npt.NDArray[np.float32] = queries.astype(np.float32, copy=False) @ self._matrix[: self.size].T
+        return self.version, result
+
+    def search_from(self, scores: npt.NDArray[np.float32], since: int, query: Vector, k: int) -> list[tuple[str, float]]:
+        """``search(query, k)``, given ``scores``: ``query``'s scores as ``scores_since`` took them at version
+        ``since``. The rows whose vector changed after it (rows added since among them) are scored again, so the
+        answer is ``search``'s at this moment, up to the rounding of one product against another."""
+        n = self.size
+        if n == 0 or k <= 0:
+            return []
+        sims = np.zeros(n, dtype=np.float32)
+        sims[: len(scores)] = scores[:n]
+        changed = np.flatnonzero(self._changed[:n] > since)
+        if changed.size:
+            sims[changed] = self._matrix[changed] @ query.astype(np.float32, copy=False)
+        candidates = np.flatnonzero(self._live[:n])
+        if candidates.size == 0:
+            return []
+        sims = sims[candidates]
+        return [(self._ids[int(candidates[i])], float(sims[i])) for i in self._best(sims, candidates, k)]
 
     def live(self) -> BoolMask:
         """The live flag of rows ``0 .. size-1`` (a view: do not keep it across a write)."""
@@ -273,7 +309,7 @@ class VectorIndex:
         live = np.zeros(capacity, dtype=np.bool_)
         live[: self._live.shape[0]] = self._live
         self._matrix, self._live = matrix, live
-        for name in ("_key_hi", "_key_lo"):
+        for name in ("_key_hi", "_key_lo", "_changed"):
             old = getattr(self, name)
             grown = np.zeros(capacity, dtype=np.uint64)
             grown[: old.shape[0]] = old

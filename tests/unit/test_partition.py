@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from mesh.errors import NotFound
-from mesh.model import CellType, Layer
+from mesh.model import CellType, Layer, normalize
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.sharding import partition_key, shard_for
@@ -32,6 +34,33 @@ def test_close_cells_share_a_scene_and_far_cells_found_new_ones() -> None:
     assert scene.live_count == 2
     expected = (a.embedding + b.embedding) / np.linalg.norm(a.embedding + b.embedding)
     assert np.allclose(scene.centroid, expected, atol=1e-5)
+
+
+def test_a_batch_joins_scenes_as_its_cells_would_one_by_one() -> None:
+    """A batch scores its cells against their projects' scenes once; each cell must still see the scenes the
+    cells before it founded and moved. Clusters of near cells over three projects, written in batches of 32
+    and one by one: the same scenes (it fails when a scene changed within the batch is not scored again)."""
+    rng = np.random.default_rng(3)
+    centres = [direction(100 + c, DIMS) for c in range(12)]
+    cells = [
+        cell(normalize(centres[c] + 0.12 * rng.normal(size=DIMS)), project=f"p{c % 3}")
+        for c in rng.integers(0, len(centres), size=240)
+    ]
+    scene_ids = [uid("5") for _ in cells]
+
+    def scenes_of(batch: int) -> list[frozenset[int]]:
+        p, founded = partition(join_similarity=0.8, max_members=12), 0
+        copies = [replace(c, scene_id=None) for c in cells]
+        for start in range(0, len(copies), batch):
+            founded += len(p.write(copies[start : start + batch], scene_ids[founded:]).founded)
+        members: dict[str, set[int]] = {}
+        for i, c in enumerate(copies):
+            members.setdefault(c.scene_id or "", set()).add(i)
+        return sorted(map(frozenset, members.values()), key=min)
+
+    batched, alone = scenes_of(32), scenes_of(1)
+    assert batched == alone
+    assert 12 < len(alone) < 200 and any(len(m) > 1 for m in alone)  # cells joined, and the full scenes spilled over
 
 
 def test_scenes_never_span_projects_or_tenants() -> None:

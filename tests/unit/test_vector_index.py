@@ -71,6 +71,29 @@ def test_search_many_answers_like_search_for_every_query() -> None:
             assert np.allclose([h[1] for h in hits], [h[1] for h in single], atol=1e-6)
 
 
+def test_scores_taken_once_answer_as_search_after_the_index_changed() -> None:
+    """``search_from`` starts from scores taken before rows were added, moved, erased and hidden: it must
+    answer what ``search`` answers now (it fails if a row changed since the scores is not scored again)."""
+    rng = np.random.default_rng(5)
+    index = VectorIndex(dims=8, capacity=4)
+    for i in range(40):
+        index.upsert(f"n{i:02d}", normalize(rng.normal(size=8)))
+    queries = np.stack([normalize(rng.normal(size=8)) for _ in range(6)])
+    version, taken = index.scores_since(queries)
+    for i in range(40, 70):  # new rows (the matrix grows past its capacity)
+        index.upsert(f"n{i:02d}", normalize(rng.normal(size=8)))
+    for i in range(0, 40, 3):  # rows whose vector moved: now each query's nearest
+        index.upsert(f"n{i:02d}", queries[i % len(queries)])
+    index.erase("n01")
+    index.set_live("n02", False)
+    for query, scores in zip(queries, taken, strict=True):
+        for k in (1, 8, 100):
+            now, given = index.search(query, k), index.search_from(scores, version, query, k)
+            assert [h[0] for h in given] == [h[0] for h in now]
+            assert np.allclose([h[1] for h in given], [h[1] for h in now], atol=1e-6)
+    assert index.search_from(taken[0], index.version, queries[0], 3) != index.search(queries[0], 3)  # stale scores
+
+
 def test_a_nan_query_answers_in_search_many_as_in_search() -> None:
     """A NaN score equals nothing, so the batched pick cannot see its boundary: it must fall back like a tie."""
     index = VectorIndex(dims=2)
