@@ -23,6 +23,7 @@ from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
 
 _LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
+JOIN_SCORES_BYTES = 16 * 2**20  # the most a write batch's join scores hold (float32, cells x scenes of their projects)
 _TYPE_CODE = {t: i for i, t in enumerate(CellType)}
 
 
@@ -153,15 +154,21 @@ class SceneCentroidIndex:
 
     def joins(self, cells: list[Cell]) -> JoinScores:
         """The scores a write batch's ``cells`` look for a scene to join by: one matrix product per project
-        that two or more of them write to (a lone cell's search is as cheap as its share of a product)."""
+        that two or more of them write to (a lone cell's search is as cheap as its share of a product). The
+        scores held stay under ``JOIN_SCORES_BYTES`` (a project's cells past it search on their own)."""
         by_project: dict[tuple[str, str], list[int]] = {}
         for i, cell in enumerate(cells):
             by_project.setdefault((cell.tenant_id, cell.project_id), []).append(i)
         taken: dict[str, tuple[VectorIndex, int, npt.NDArray[np.float32]]] = {}
+        budget = JOIN_SCORES_BYTES
         for key, positions in by_project.items():
             index = self._by_project.get(key)
             if index is None or len(positions) < 2:
                 continue
+            positions = positions[: budget // (4 * max(index.size, 1))]
+            if len(positions) < 2:
+                continue
+            budget -= 4 * index.size * len(positions)
             version, scores = index.scores_since(np.stack([cells[i].embedding for i in positions]))
             for row, i in enumerate(positions):
                 taken[cells[i].id] = (index, version, scores[row])
@@ -225,6 +232,10 @@ class JoinScores:
     def __init__(self, centroids: SceneCentroidIndex, taken: dict[str, tuple[VectorIndex, int, npt.NDArray[np.float32]]]) -> None:
         self._centroids = centroids
         self._taken = taken
+
+    def __len__(self) -> int:
+        """How many cells are answered from the scores taken."""
+        return len(self._taken)
 
     def nearest_in_project(self, cell: Cell, k: int) -> list[tuple[str, float]]:
         taken = self._taken.get(cell.id)

@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from mesh import partition_index
 from mesh.errors import NotFound
 from mesh.model import CellType, Layer, normalize
 from mesh.partition import MemoryPartition
@@ -36,10 +37,13 @@ def test_close_cells_share_a_scene_and_far_cells_found_new_ones() -> None:
     assert np.allclose(scene.centroid, expected, atol=1e-5)
 
 
-def test_a_batch_joins_scenes_as_its_cells_would_one_by_one() -> None:
+@pytest.mark.parametrize("budget", [None, 4 * 20 * 3])  # the default bound, and one that holds 3 cells' scores
+def test_a_batch_joins_scenes_as_its_cells_would_one_by_one(budget: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch scores its cells against their projects' scenes once; each cell must still see the scenes the
     cells before it founded and moved. Clusters of near cells over three projects, written in batches of 32
     and one by one: the same scenes (it fails when a scene changed within the batch is not scored again)."""
+    if budget is not None:
+        monkeypatch.setattr(partition_index, "JOIN_SCORES_BYTES", budget)
     rng = np.random.default_rng(3)
     centres = [direction(100 + c, DIMS) for c in range(12)]
     cells = [
@@ -61,6 +65,15 @@ def test_a_batch_joins_scenes_as_its_cells_would_one_by_one() -> None:
     batched, alone = scenes_of(32), scenes_of(1)
     assert batched == alone
     assert 12 < len(alone) < 200 and any(len(m) > 1 for m in alone)  # cells joined, and the full scenes spilled over
+
+
+def test_a_batch_holds_join_scores_within_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = partition(join_similarity=0.99)
+    p.write([cell(direction(200 + i, DIMS)) for i in range(30)], [uid("5") for _ in range(30)])
+    batch = [cell(direction(300 + i, DIMS)) for i in range(10)]
+    assert len(p.scene_index.joins(batch)) == 10
+    monkeypatch.setattr(partition_index, "JOIN_SCORES_BYTES", 4 * 30 * 4)  # four cells' scores over 30 scenes
+    assert len(p.scene_index.joins(batch)) == 4
 
 
 def test_scenes_never_span_projects_or_tenants() -> None:
