@@ -283,8 +283,8 @@ def _no_capture() -> object:
 
 
 def run(settings: Settings) -> None:
-    """Serve until a signal, on the event loop ``server.event_loop`` names: uvloop by default (a read's
-    hops and HTTP cost less on it, docs/benchmarks.md), the standard library's loop on request."""
+    """Serve until a signal, on the event loop ``server.event_loop`` names: uvloop by default (concurrent
+    writes cost a little less on it, docs/benchmarks.md), the standard library's loop on request."""
     logging.basicConfig(level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     loop_factory = uvloop.new_event_loop if settings.server.event_loop == "uvloop" else asyncio.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:

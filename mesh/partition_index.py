@@ -23,8 +23,8 @@ from mesh.tuning import RetrievalTuning
 from mesh.vector_index import BoolMask, VectorIndex
 
 _LAYER_CODE = {layer: i for i, layer in enumerate(Layer)}
-JOIN_SCORES_BYTES = 16 * 2**20  # the most a write batch's join scores hold (float32, cells x scenes of their projects)
 _TYPE_CODE = {t: i for i, t in enumerate(CellType)}
+JOIN_SCORES_BYTES = 16 * 2**20  # the most a write batch's join scores hold (float32, cells x scenes of their projects)
 
 
 class _Interner:
