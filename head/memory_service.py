@@ -3,7 +3,8 @@
 Every method takes the authenticated :class:`Principal` first and confines
 what it touches to the principal's tenant and read scope; nothing here trusts
 an identity named in a request. Shards are addressed through the Directory by
-the assignment in force (``DirectorySpec.owner``); reads fan out to every shard and merge.
+the assignment in force (``DirectorySpec.owner``); reads fan out to the shards that can hold a
+match (the owners of a read scope's projects, else every shard) and merge.
 
 A batch is validated whole before any shard writes: every field, the
 tenant's quotas (reserved, and given back if the write fails) and every

@@ -1,6 +1,6 @@
 """Concurrent searches of one scene shard, sent in as few actor calls as load allows.
 
-Every ``query`` and ``recall`` asks every scene shard for its candidates. One
+Every ``query`` and ``recall`` asks each scene shard that can hold a match for its candidates. One
 actor call per request per shard made the Ray hop, not the search, the cost
 of a request under concurrency. :class:`SearchBatches` coalesces them.
 
