@@ -61,6 +61,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
     written = refused = 0
     latencies: list[float] = []
     draining: list[float] = []  # the reader's latencies after the last write (the walks alone)
+    while_writing: list[float] = []  # those of recalls sent while the writers wrote
     writing = asyncio.Event()
     writing.set()
     questions = gen.many(2000)
@@ -84,8 +85,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
             after_writes = not writing.is_set()
             response = await client.post("/v1/recall", json={"text": questions[i % len(questions)], "k": 10})
             latencies.append(time.perf_counter() - t0)
-            if after_writes:
-                draining.append(latencies[-1])
+            (draining if after_writes else while_writing).append(latencies[-1])
             response.raise_for_status()
             i += 1
 
@@ -108,22 +108,23 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
     # where the CPU went, per cell the burst wrote: while writing, and while only its walks (and the reader) ran
     print(f"    burst, per written cell: {cpu_line(at_last_write.since(at_start), written)}", flush=True)
     print(f"    drain, per written cell: {cpu_line(server.cpu().since(at_last_write), written)}", flush=True)
-    stats, drain = Stats.of(latencies), Stats.of(draining or [0.0])
+    stats, drain, wrote = Stats.of(latencies), Stats.of(draining or [0.0]), Stats.of(while_writing or [0.0])
     phases = {"drain_p50_ms": drain.p50_ms, "drain_p99_ms": drain.p99_ms, "drain_n": len(draining)}
+    phases |= {"writing_p50_ms": wrote.p50_ms, "writing_p99_ms": wrote.p99_ms, "writing_n": len(while_writing)}
     return {"written": written, "wrote_s": wrote_s, "drain_s": drain_s, "refused": refused, **phases, **vars(stats)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
+    parser = argparse.ArgumentParser(prog="python -m bench.burst", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=10_000)
     parser.add_argument("--burst-s", type=float, default=20.0)
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--requests", type=int, default=300, help="recalls on the idle server")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env = dict(item.split("=", 1) for item in args.env)
     banner(f"recall during a write burst (hash, {args.cells} cells, {args.writers} writers for {args.burst_s:.0f} s, env {env})")
-    report = Report()
+    own, report = report is None, report or Report()
     gen = SentenceGen(SEED)
     with MemeshServer("hash", env=env) as server:
         key = server.issue_key(name="bench-burst")
@@ -141,6 +142,9 @@ def main() -> None:
         name = f"recall during the burst, p50 (n={during['n']:.0f})"
         report.add(SECTION, name, during["p50_ms"], "ms", "idle p50", idle.p50_ms)
         report.add(SECTION, "recall during the burst, p99", during["p99_ms"], "ms", "idle p99", idle.p99_ms)
+        name = f"recall while the writers wrote, p50 (n={during['writing_n']:.0f})"
+        report.add(SECTION, name, during["writing_p50_ms"], "ms", "idle p50", idle.p50_ms)
+        report.add(SECTION, "recall while the writers wrote, p99", during["writing_p99_ms"], "ms", "idle p99", idle.p99_ms)
         name = f"recall while only walks ran (after the last write), p50 (n={during['drain_n']:.0f})"
         report.add(SECTION, name, during["drain_p50_ms"], "ms", "idle p50", idle.p50_ms)
         report.add(SECTION, "recall while only walks ran, p99", during["drain_p99_ms"], "ms", "idle p99", idle.p99_ms)
@@ -162,7 +166,11 @@ def main() -> None:
         report.add(SECTION, name, during["drain_p50_ms"], "ms", "idle after p50", after.p50_ms)
         name = "recall while only walks ran, p99 (against idle after)"
         report.add(SECTION, name, during["drain_p99_ms"], "ms", "idle after p99", after.p99_ms)
-    report.print_table()
+        name = "recall while the writers wrote, p99 (against idle after)"
+        report.add(SECTION, name, during["writing_p99_ms"], "ms", "idle after p99", after.p99_ms)
+    if own:
+        report.print_table()
+    return report
 
 
 if __name__ == "__main__":

@@ -101,15 +101,15 @@ def profiled(server: MemeshServer, directory: Path | None, name: str) -> Iterato
         print(f"    profile: {out}", flush=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
+    parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=400, help="recalls and writes per run")
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx"])
     parser.add_argument("--rankings", default="hybrid,dense", help="recall rankings to run, in order (comma-separated)")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     env = {"MEMESH_SERVER__HEALTH_CACHE_S": "0.05", **dict(item.split("=", 1) for item in args.env)}
     rankings = [r for r in args.rankings.split(",") if r]
     from head.embedding import make_engine
@@ -118,7 +118,7 @@ def main() -> None:
         f"recall and single writes under concurrency ({args.engine}, {args.cells} cells, {args.requests} requests a run, "
         f"recall rankings {rankings}, server env {env})"
     )
-    report = Report()
+    own, report = report is None, report or Report()
     gen = SentenceGen(SEED)
     engine = make_engine(args.engine)
     engine.encode(["load the model"])
@@ -163,7 +163,9 @@ def main() -> None:
             note = "" if drained else "walks still running at the bound"
             name = f"single write, {clients} clients, walks drained"
             report.add(SECTION, name, sustained, "cells/s", "model batched", model.batched, note)
-    report.print_table()
+    if own:
+        report.print_table()
+    return report
 
 
 if __name__ == "__main__":

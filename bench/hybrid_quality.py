@@ -23,10 +23,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from bench.common import MemeshServer, banner, machine_info, percentile, print_table
+from bench.common import MemeshServer, Report, banner, machine_info, percentile, print_table
 from bench.convmem import Dataset, Question, build
 
 K = 10
+SECTION = "hybrid quality"
 
 
 def scores(ranked: list[str], evidence: tuple[str, ...]) -> tuple[float, float, float]:
@@ -55,12 +56,13 @@ def exact_dense(engine_name: str, data: Dataset) -> dict[str, list[str]]:
     return ranked
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
+    parser = argparse.ArgumentParser(prog="python -m bench.hybrid_quality", description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "hash"])
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    report = report or Report()
     data = build(args.seed, args.conversations)
     turns = sum(len(c.turns) for c in data.conversations)
     banner(f"hybrid against dense retrieval ({args.engine}; {turns} turns, {len(data.questions)} questions, k {K})")
@@ -93,25 +95,35 @@ def main() -> None:
                         latency[method].append(time.perf_counter() - t0)
                     reply.raise_for_status()
                     rankings[method][q.id] = [turn_of[node["id"]] for node in reply.json()]
-    report(data.questions, rankings, latency)
+    totals = print_scores(data.questions, rankings, latency)
+    for path in ("query", "recall"):
+        dense = totals[f"REST {path}, dense"]
+        for figure, at in ((f"evidence recall@{K}", 0), (f"MRR@{K}", 2)):
+            name = f"REST {path}, hybrid: {figure}"
+            report.add(SECTION, name, totals[f"REST {path}, hybrid"][at], "", f"dense {figure}", dense[at])
+    return report
 
 
-def report(questions: list[Question], rankings: dict[str, dict[str, list[str]]], latency: dict[str, list[float]]) -> None:
+def print_scores(
+    questions: list[Question], rankings: dict[str, dict[str, list[str]]], latency: dict[str, list[float]]
+) -> dict[str, tuple[float, float, float]]:
+    """Print the table of figures per method; return each method's (recall@K, hit@K, MRR@K)."""
     kinds = sorted({q.kind for q in questions})
     rows, totals = [], {}
     for method, ranked in rankings.items():
         per = [scores(ranked[q.id], q.evidence) for q in questions]
         recall, hit, mrr = (float(np.mean([p[i] for p in per])) for i in range(3))
-        totals[method] = recall
+        totals[method] = (recall, hit, mrr)
         by_kind = [float(np.mean([scores(ranked[q.id], q.evidence)[0] for q in questions if q.kind == kind])) for kind in kinds]
         p50 = f"{percentile(latency[method], 50) * 1000:.1f}" if latency.get(method) else ""
         rows.append([method, f"{recall:.3f}", f"{hit:.3f}", f"{mrr:.3f}", *(f"{v:.3f}" for v in by_kind), p50])
     print_table(["method", f"recall@{K}", f"hit@{K}", f"MRR@{K}", *(f"recall@{K} {k}" for k in kinds), "p50 ms"], rows)
     for path in ("query", "recall"):
-        dense, hybrid = totals[f"REST {path}, dense"], totals[f"REST {path}, hybrid"]
+        dense, hybrid = totals[f"REST {path}, dense"][0], totals[f"REST {path}, hybrid"][0]
         print(f"{path}: hybrid / dense recall@{K} = {hybrid / dense:.3f}" if dense else f"{path}: dense found nothing")
-    exact = totals["exact dense (in process)"]
-    print(f"REST query dense / exact dense = {totals['REST query, dense'] / exact:.3f}" if exact else "")
+    exact = totals["exact dense (in process)"][0]
+    print(f"REST query dense / exact dense = {totals['REST query, dense'][0] / exact:.3f}" if exact else "")
+    return totals
 
 
 if __name__ == "__main__":

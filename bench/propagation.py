@@ -256,7 +256,7 @@ def memory_per_agent(server: MemeshServer, report: Report, agents: int) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> Report:
+def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.propagation")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="", help="comma-separated stages: latency, deliveries, drain, memory")
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> Report:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     context = ray.init(include_dashboard=False, num_cpus=2, log_to_driver=False)
-    report = Report()
+    own, report = report is None, report or Report()
     try:
         banner("baselines (same run)")
         rtt = actor_round_trip_ms(50 if quick else 500)
@@ -291,7 +291,8 @@ def main(argv: list[str] | None = None) -> Report:
                 drain_rate(server, report, 1000 if quick else 20_000)
             if not only or "memory" in only:
                 memory_per_agent(server, report, 200 if quick else 10_000)
-        report.print_table()
+        if own:
+            report.print_table()
     finally:
         ray.shutdown()
     return report

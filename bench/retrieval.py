@@ -37,7 +37,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser.add_argument("--quick", action="store_true", help="small sizes and few queries: a smoke run")
     parser.add_argument("--engines", default="hash,minilm", help="comma-separated engines (default hash,minilm)")
     parser.add_argument("--no-lance", action="store_true", help="skip the LanceDB reference searches")
+    parser.add_argument("--sizes", default="", help="comma-separated corpus sizes instead of the plan's (e.g. 10000)")
     parser.add_argument(
         "--default-walks",
         action="store_true",
@@ -339,6 +340,8 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    if args.sizes:
+        plan = replace(plan, sizes=tuple(int(n) for n in args.sizes.split(",")))
     own = report is None
     report = report or Report(info={"machine": machine_info()})
     started = time.perf_counter()

@@ -43,14 +43,14 @@ def searches(base_url: str) -> tuple[float, float]:
     return kept, metric(base_url, 'memesh_walk_scene_searches_total{answer="run"}')
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
+    parser = argparse.ArgumentParser(prog="python -m bench.walk_drain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cells", type=int, default=4000)
     parser.add_argument("--seconds", type=float, default=25.0)
     parser.add_argument("--no-model", action="store_true", help="skip the model's baseline")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     banner(f"walk drain (hash, {args.cells} cells written at once, {args.seconds:.0f} s measured)")
-    report = Report()
+    own, report = report is None, report or Report()
     model_cpu_ms = model_text_ms = None
     if not args.no_model:
         from head.cpus import usable_cpus
@@ -82,7 +82,9 @@ def main() -> None:
             report.add(SECTION, "server CPU per walk (every process)", walk_ms, "ms")
         print(f"    {line}", flush=True)
         print(f"    scene searches: {kept:.0f} answered from kept answers, {run:.0f} run ({kept / max(kept + run, 1):.0%} kept)")
-    report.print_table()
+    if own:
+        report.print_table()
+    return report
 
 
 if __name__ == "__main__":
