@@ -15,7 +15,7 @@ A full run takes about 35 minutes on the 2-core machine; ``--short`` (a 10 s bur
 25 s, 200 requests a concurrency run) about 25. Compare figures within one run: this machine's speed moves by
 a third from hour to hour, which is why every figure is held against a baseline of the same run.
 
-The model runs (1 and 6) use ``--engine`` (``minilm`` by default, or ``minilm-onnx``); the others use the
+The model runs (1 and 6) use ``--engine`` (the service's default, ``minilm-onnx``, or torch's ``minilm``); the others use the
 ``hash`` engine, as each benchmark says why.
 
 Run: ``.venv/bin/python -m bench.cost_bars [--short] [--engine minilm|minilm-onnx] [--json FILE]``.
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.cost_bars", description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="a 10 s burst, a shorter walk drain, 200 requests a run")
     parser.add_argument(
-        "--engine", default="minilm", choices=["minilm", "minilm-onnx"], help="the model of the runs that use one"
+        "--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx"], help="the model of the runs that use one"
     )
     parser.add_argument("--skip", default="", help="comma-separated: concurrency, propagation, walks, burst, retrieval, quality")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")

@@ -12,7 +12,7 @@ Figures per method: evidence recall@10 (the share of a question's answering
 turns in its top 10, averaged), hit@10 (any answering turn in the top 10),
 MRR@10; and recall@10 per question kind.
 
-Run: ``.venv/bin/python -m bench.hybrid_quality [--engine minilm|hash] [--conversations 12]``.
+Run: ``.venv/bin/python -m bench.hybrid_quality [--engine minilm-onnx|minilm|hash] [--conversations 12]``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def exact_dense(engine_name: str, data: Dataset) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.hybrid_quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "hash"])
+    parser.add_argument("--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx", "hash"])
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)

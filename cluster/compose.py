@@ -149,11 +149,26 @@ def actor_plan(
     plan["console_state"] = (ConsoleState, (console,))
     embedding = settings.embedding
     model = partial(make_engine, embedding.engine, embedding.dims, settings.embedder_threads)  # built in each embedder actor
-    lone = embedding.wide_lone and settings.embedder_pool > 1  # one copy already has every CPU by default
-    wide = partial(make_engine, embedding.engine, embedding.dims, None) if lone else None
+    wide = wide_engine(settings)
     for i in range(settings.embedder_pool):
         plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch, wide),))
     return plan
+
+
+# Engines whose lone encode is faster on every CPU's threads. Not ``minilm-onnx``: ONNX Runtime's threads spin
+# for about 30 ms after each run, so a lone encode on two threads took 5.7 ms but 37 ms of CPU, and with the
+# spin turned off two threads were no faster than one (8.9 against 8.4 ms); served wide, lone writes were
+# slower (22 to 25 ms p50 against 19 to 19.5 narrow). docs/benchmarks.md, "ONNX Runtime by default".
+WIDE_ENGINES = frozenset({"minilm"})
+
+
+def wide_engine(settings: Settings) -> Callable[[], EmbeddingEngine] | None:
+    """What an embedder actor runs a lone batch on (``embedding.wide_lone``): its engine on every usable CPU, or
+    None (always the copy's own threads) for one copy (it has every CPU already) or an engine it would slow."""
+    embedding = settings.embedding
+    if not embedding.wide_lone or settings.embedder_pool < 2 or embedding.engine not in WIDE_ENGINES:
+        return None
+    return partial(make_engine, embedding.engine, embedding.dims, None)
 
 
 def build_directory(settings: Settings, dims: int) -> tuple[Directory, Settled]:

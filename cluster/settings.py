@@ -57,11 +57,13 @@ class RaySettings(Section):
     node_lanes: bool = True
 
 
-DEFAULT_POOL_MAX = 4  # model copies by default: past it, each copy gets more threads instead (memory: ~0.7 GB a copy)
+DEFAULT_POOL_MAX = 4  # model copies by default: past it, each copy gets more threads instead (~0.4 GB a copy)
 
 
 class EmbeddingSettings(Section):
-    engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm"
+    # The same all-MiniLM-L6-v2 weights through ONNX Runtime (the default: the same vectors as torch's
+    # ``minilm``, and cheaper for the small batches concurrent requests make; docs/decisions.md).
+    engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm-onnx"
     dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
     max_batch: int = Field(64, ge=1, le=1024)
     # Embedder actors shared by every head; 0: each head embeds with its own model. None: one per usable

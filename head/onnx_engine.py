@@ -193,6 +193,7 @@ class MiniLMOnnxEngine:
 
     def __init__(self, threads: int | None = None) -> None:
         self._threads = threads
+        self.threads_used = 0  # ONNX Runtime's intra-op threads once loaded (health's model_threads)
 
     def _load(self) -> tuple[Any, Any]:
         with MiniLMOnnxEngine._lock:
@@ -201,6 +202,7 @@ class MiniLMOnnxEngine:
             session = MiniLMOnnxEngine._sessions.get(self._threads)
             if session is None:
                 session = MiniLMOnnxEngine._sessions[self._threads] = _session(self._threads)
+            self.threads_used = self._threads or 0  # 0: ONNX Runtime's own default, one per physical core
             return MiniLMOnnxEngine._tokenizer, session
 
     def encode(self, texts: list[str]) -> Matrix:

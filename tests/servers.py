@@ -77,7 +77,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, data_dir: Path, ray_address: str, engine: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, ray_address: str, engine: str | None, env: dict[str, str] | None = None) -> None:
+        """``engine`` None: the server's default engine (no ``--engine``)."""
         self.data_dir = data_dir
         self.ray_address = ray_address
         self.engine = engine
@@ -115,8 +116,7 @@ class Server:
             str(self.grpc_data_port),
             "--data-dir",
             str(self.data_dir),
-            "--engine",
-            self.engine,
+            *(["--engine", self.engine] if self.engine else []),
         ]
         self.log = self.log_path.open("ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
@@ -283,10 +283,11 @@ SHARED_SERVER_FILES = {  # every test file using one of SHARED_FIXTURES: one uni
 
 @pytest.fixture(scope="module")
 def server(ray_address: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server with the real embedding model for the e2e tests that can share it (``SharedServers``)."""
+    """One server with the real embedding model, the default engine (``minilm-onnx``), for the e2e tests that can
+    share it (``SharedServers``)."""
     # A small Read bucket (per caller) so the rate-limit test can reach 429 quickly; A2A on (tests/e2e/test_a2a.py).
     env = {"MEMESH_RATE_LIMITS__READ__RATE": "20", "MEMESH_RATE_LIMITS__READ__BURST": "60", "MEMESH_A2A__ENABLED": "1"}
-    yield SHARED.acquire("server", lambda: Server(tmp_path_factory.mktemp("e2e") / "data", ray_address, "minilm", env).start())
+    yield SHARED.acquire("server", lambda: Server(tmp_path_factory.mktemp("e2e") / "data", ray_address, None, env).start())
     SHARED.release("server")
 
 

@@ -113,7 +113,24 @@ def test_an_embedder_pool_embeds_for_the_heads(ray_address: str, tmp_path: Path)
 
 def test_the_real_model_runs_in_one_embedder_actor_per_cpu_by_default(server: Server) -> None:
     """With no ``embedding.pool`` set, a model engine on Ray embeds in embedder actors, one per usable CPU
-    (at most DEFAULT_POOL_MAX), each loaded before the server says it is up, and not in the head."""
+    (at most DEFAULT_POOL_MAX), each loaded before the server says it is up, and not in the head. The shared
+    server runs the default engine: ONNX Runtime's (``minilm-onnx``)."""
+    assert _embeds_in_its_pool(server) == "minilm-onnx-all-MiniLM-L6-v2"
+
+
+def test_the_torch_engine_runs_in_the_pool_too(ray_address: str, tmp_path: Path) -> None:
+    """``--engine minilm`` (torch, the default before ``minilm-onnx``): the same pool, each copy's torch on its
+    share of the CPUs although Ray starts the actors with ``OMP_NUM_THREADS=1``."""
+    server = Server(tmp_path / "data", ray_address, "minilm").start()
+    try:
+        assert _embeds_in_its_pool(server) == "minilm-all-MiniLM-L6-v2"
+    finally:
+        server.stop()
+
+
+def _embeds_in_its_pool(server: Server) -> str:
+    """Write and recall through ``server``, check its embedder actors did the encoding on their threads, and
+    return the engine the written cell records."""
     import ray
 
     pool = min(usable_cpus(), DEFAULT_POOL_MAX)
@@ -133,3 +150,4 @@ def test_the_real_model_runs_in_one_embedder_actor_per_cpu_by_default(server: Se
     assert len({h["pid"] for h in after}) == pool, "each copy of the model has its own process"
     with pytest.raises(ValueError):
         ray.get_actor(f"embedder:{pool}", namespace=server.namespace)
+    return str(cell.json()["node_type"]["Cell"]["embedding_engine"])

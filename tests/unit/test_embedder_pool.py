@@ -197,3 +197,25 @@ async def test_a_head_alone_a_while_runs_wide_and_concurrent_batches_on_each_cop
     await asyncio.gather(worker.encode(["one"], wide=True), worker.encode(["two"], wide=True))
     assert _Tagged.calls == [("narrow", 2)]  # two wide calls that met in the actor: one batch, on the copy's share
     embedder.close()
+
+
+@pytest.mark.parametrize(
+    ("embedding", "wide"),
+    [
+        ({"engine": "minilm", "pool": 2}, True),
+        ({"engine": "minilm-onnx", "pool": 2}, False),  # ONNX Runtime's spin after a run costs more than two threads save
+        ({"engine": "minilm", "pool": 1}, False),  # one copy has every CPU already
+        ({"engine": "minilm", "pool": 2, "wide_lone": False}, False),
+    ],
+)
+def test_lone_batches_run_wide_only_on_an_engine_they_speed_up(
+    embedding: dict[str, object], wide: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from cluster.compose import wide_engine
+    from cluster.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    found = wide_engine(Settings(embedding=embedding))
+    assert (found is not None) is wide
+    if found is not None:
+        assert found.keywords == {} and found.args == ("minilm", 384, None)  # every usable CPU: threads unset

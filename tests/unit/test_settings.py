@@ -18,7 +18,7 @@ def test_defaults_match_the_spec(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert s.observatory.max_events == 50_000 and s.observatory.max_age_s == 600
     assert s.observatory.stream_channel_capacity == 16_384 and s.observatory.max_concurrent_streams == 16
     assert s.admin.console_enabled is False
-    assert s.embedding.engine == "minilm" and s.storage.data_dir == Path("data")
+    assert s.embedding.engine == "minilm-onnx" and s.storage.data_dir == Path("data")
     assert s.observatory_enabled is True  # dev profile
 
 
@@ -28,8 +28,8 @@ def test_the_embedder_pool_is_one_actor_per_usable_cpu_for_a_model_engine_on_ray
     monkeypatch.chdir(tmp_path)
     for cpus, pool, threads in ((1, 1, 1), (2, 2, 1), (3, 3, 1), (16, DEFAULT_POOL_MAX, 16 // DEFAULT_POOL_MAX)):
         monkeypatch.setattr("cluster.settings.usable_cpus", lambda cpus=cpus: cpus)
-        assert (Settings().embedder_pool, Settings().embedder_threads) == (pool, threads), cpus  # minilm on Ray
-        assert Settings(embedding={"engine": "minilm-onnx"}).embedder_pool == pool
+        assert (Settings().embedder_pool, Settings().embedder_threads) == (pool, threads), cpus  # minilm-onnx on Ray
+        assert Settings(embedding={"engine": "minilm"}).embedder_pool == pool
         assert Settings(embedding={"pool": 1}).embedder_threads == cpus  # one copy: every usable CPU
     assert Settings(embedding={"engine": "hash"}).embedder_pool == 0  # no model: embedding in the head costs less than a hop
     assert Settings(ray={"in_process": True}).embedder_pool == 0  # no Ray: no process to move the model to
