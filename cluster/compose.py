@@ -150,8 +150,9 @@ def actor_plan(
     embedding = settings.embedding
     model = partial(make_engine, embedding.engine, embedding.dims, settings.embedder_threads)  # built in each embedder actor
     wide = wide_engine(settings)
+    named = partial(engine_named, threads=settings.embedder_threads)  # a stored corpus's engine, served until a reembed
     for i in range(settings.embedder_pool):
-        plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch, wide),))
+        plan[f"embedder:{i}"] = (EmbedderWorker, (EmbedderConfig(model, embedding.max_batch, wide, named),))
     return plan
 
 
@@ -307,7 +308,13 @@ async def start_core(memesh: Memesh, settings: Settings) -> Path | None:
         log.warning(
             "the corpus was embedded with %s; serving with it until a reembed moves it to %s", corpus_engine, memesh.embedder.name
         )
-        memesh.embedder.swap(engine_named(corpus_engine, settings.embedding.threads))
+        serving = memesh.embedder.engine
+        # The pool's actors build the corpus's engine next to their own (each with its copy's threads).
+        memesh.embedder.swap(
+            serving.serving(corpus_engine)
+            if isinstance(serving, PooledEngine)
+            else engine_named(corpus_engine, settings.embedding.threads)
+        )
     await memesh.data.publish_key()  # every receipt key the deployment used stays published
     key_path = await write_bootstrap_key(memesh, settings.storage.data_dir)
     if settings.admin.bootstrap_oidc_subject:

@@ -30,17 +30,23 @@ class PooledEngine:
     two: a second batch waiting in the actor would save it one round trip (a millisecond or two) but
     halve every batch, and a model's cost per text falls steeply with the batch up to about 8 texts."""
 
-    def __init__(self, directory: Directory, name: str, dims: int, size: int) -> None:
+    def __init__(self, directory: Directory, name: str, dims: int, size: int, named: bool = False) -> None:
         if size < 1:
             raise ValueError("an embedder pool holds at least one actor")
         self._dir = directory
         self.name = name
         self.dims = dims
         self.size = size
+        self._ask = name if named else None  # the engine each call names (None: the actors' own)
         self.parallel = size
         self._next = 0
         self._inflight = [0] * size
         self._lone = 0  # batches sent in a row with nothing else of this head's in flight
+
+    def serving(self, name: str) -> PooledEngine:
+        """The same actors encoding with the engine called ``name`` (another of the same width: what a stored
+        corpus records, served until a reembed moves it to the actors' own engine)."""
+        return PooledEngine(self._dir, name, self.dims, self.size, named=True)
 
     def encode(self, texts: list[str]) -> Matrix:
         raise RuntimeError("a pooled engine encodes asynchronously (encode_async)")
@@ -61,23 +67,29 @@ class PooledEngine:
             tried.add(index)
             self._inflight[index] += 1
             try:
-                return np.asarray(await self._dir.embedder(index).encode(texts, wide), dtype=np.float32)
+                return np.asarray(await self._encode(index, texts, wide), dtype=np.float32)
             except (Unavailable, TimedOut) as exc:
                 failure = exc
             finally:
                 self._inflight[index] -= 1
         raise EmbeddingFailed("no embedder actor answered") from failure
 
+    async def _encode(self, index: int, texts: list[str], wide: bool) -> Matrix:
+        actor = self._dir.embedder(index)
+        if self._ask is None:
+            return await actor.encode(texts, wide)
+        return await actor.encode(texts, False, self._ask)
+
     async def warm_up(self) -> None:
         """Load the model in every actor now (each loads on its first call: seconds a request would wait).
         An actor that fails is logged and left to load on its first batch (the others serve meanwhile);
         only a pool where every actor fails raises. The wide engine is warmed too (an ONNX session is built
         on its first batch)."""
-        calls = (self._dir.embedder(i).encode(["warm up"]) for i in range(self.size))
+        calls = (self._encode(i, ["warm up"], False) for i in range(self.size))
         answers = await asyncio.gather(*calls, return_exceptions=True)
         failed = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
         live = [i for i in range(self.size) if i not in dict(failed)]
-        await asyncio.gather(*(self._dir.embedder(i).encode(["warm up"], True) for i in live), return_exceptions=True)
+        await asyncio.gather(*(self._encode(i, ["warm up"], True) for i in live), return_exceptions=True)
         for i, failure in failed:
             log.warning("embedder:%d did not warm up (%s); it loads on its first batch", i, failure)
         if len(failed) == self.size:

@@ -310,9 +310,11 @@ class ConsoleStateActor(Actor, Protocol):
 
 class EmbedderActor(Actor, Protocol):
     """One copy of the model, batching the texts of every head (``embedding.pool``). ``wide``: the caller
-    has nothing else in flight on the pool; a batch of that call alone may use every CPU's threads."""
+    has nothing else in flight on the pool; a batch of that call alone may use every CPU's threads.
+    ``engine``: the name of another engine of the same width to encode with (a stored corpus's, served
+    until a reembed); None, the copy's own."""
 
-    async def encode(self, texts: list[str], wide: bool = False) -> Vector: ...
+    async def encode(self, texts: list[str], wide: bool = False, engine: str | None = None) -> Vector: ...
 
 
 class WalkerActor(Actor, Protocol):

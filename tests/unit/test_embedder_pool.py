@@ -219,3 +219,46 @@ def test_lone_batches_run_wide_only_on_an_engine_they_speed_up(
     assert (found is not None) is wide
     if found is not None:
         assert found.keywords == {} and found.args == ("minilm", 384, None)  # every usable CPU: threads unset
+
+
+async def test_a_call_naming_another_engine_is_encoded_by_it_and_batched_apart() -> None:
+    """A corpus's engine, by its recorded name: built once in the actor, batched only with its own calls."""
+    from head.embedding import engine_named
+
+    worker = EmbedderWorker(EmbedderConfig(partial(make_engine, "hash", 64), max_batch=64, make_named=engine_named))
+    texts = [f"ledger close {n}" for n in range(6)]
+    own, named, again = await asyncio.gather(
+        worker.encode(texts[:3]), worker.encode(texts[3:], engine="hash-32"), worker.encode(texts[:2], engine="hash-64")
+    )
+    assert np.array_equal(own, HashEngine(64).encode(texts[:3]))
+    assert np.array_equal(named, HashEngine(32).encode(texts[3:]))
+    assert np.array_equal(again, HashEngine(64).encode(texts[:2]))  # its own name is its own engine
+    bare = EmbedderWorker(EmbedderConfig(partial(make_engine, "hash", 64), max_batch=64))
+    with pytest.raises(EmbeddingFailed):  # no way to build another engine: refused, not answered with its own
+        await bare.encode(["x"], engine="hash-32")
+
+
+async def test_a_pool_serves_a_stored_corpus_with_the_engine_that_made_it(tmp_path: Path) -> None:
+    """A deployment whose corpus another engine of the same width embedded (``minilm`` before ``minilm-onnx``
+    became the default) keeps embedding in its pool, with the corpus's engine, until a reembed."""
+    from cluster.compose import build_memesh, start_core
+    from tests.unit.conftest import in_process_settings
+
+    first_settings = in_process_settings(tmp_path / "data", embedding={"pool": 2})
+    first = build_memesh(first_settings)
+    await start_core(first, first_settings)
+    writer, _ = await agent(first)
+    await first.memory.write_cells(writer, [NewCell(content="the ledger closed late", cell_type=CellType.FACT)])
+    await first.close()
+
+    settings = in_process_settings(tmp_path / "data", embedding={"engine": "minilm-onnx", "pool": 2})
+    second = build_memesh(settings)
+    await start_core(second, settings)
+    assert isinstance(second.embedder.engine, PooledEngine) and second.embedder.name == "hash-384"
+    await second.embedder.warm_up()
+    (cell,) = await second.memory.write_cells(writer, [NewCell(content="the ledger reopened", cell_type=CellType.FACT)])
+    assert cell.engine == "hash-384"
+    assert np.array_equal(cell.embedding, HashEngine(384).encode(["the ledger reopened"])[0])
+    health = [await second.directory.embedder(i).health() for i in range(2)]
+    assert sum(h["embed_texts"] for h in health) >= 3, "the head embedded on its own: the pool was not used"
+    await second.close()
