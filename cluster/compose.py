@@ -225,7 +225,8 @@ def build_memesh(settings: Settings) -> Memesh:
     for move in settled.moves:
         log.warning("resize: %s", move)
     pool = settings.embedder_pool
-    engine: EmbeddingEngine = PooledEngine(directory, local.name, local.dims, pool) if pool else local
+    widens = wide_engine(settings) is not None
+    engine: EmbeddingEngine = PooledEngine(directory, local.name, local.dims, pool, widens=widens) if pool else local
     limits, quotas, embedding = settings.limits, settings.quotas, settings.embedding
     memesh = Memesh(
         directory,

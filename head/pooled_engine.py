@@ -30,7 +30,7 @@ class PooledEngine:
     two: a second batch waiting in the actor would save it one round trip (a millisecond or two) but
     halve every batch, and a model's cost per text falls steeply with the batch up to about 8 texts."""
 
-    def __init__(self, directory: Directory, name: str, dims: int, size: int, named: bool = False) -> None:
+    def __init__(self, directory: Directory, name: str, dims: int, size: int, named: bool = False, widens: bool = True) -> None:
         if size < 1:
             raise ValueError("an embedder pool holds at least one actor")
         self._dir = directory
@@ -38,6 +38,7 @@ class PooledEngine:
         self.dims = dims
         self.size = size
         self._ask = name if named else None  # the engine each call names (None: the actors' own)
+        self._widens = widens and not named  # whether the actors run a lone batch wide (``cluster.compose.wide_engine``)
         self.parallel = size
         self._next = 0
         self._inflight = [0] * size
@@ -46,7 +47,7 @@ class PooledEngine:
     def serving(self, name: str) -> PooledEngine:
         """The same actors encoding with the engine called ``name`` (another of the same width: what a stored
         corpus records, served until a reembed moves it to the actors' own engine)."""
-        return PooledEngine(self._dir, name, self.dims, self.size, named=True)
+        return PooledEngine(self._dir, name, self.dims, self.size, named=True, widens=False)
 
     def encode(self, texts: list[str]) -> Matrix:
         raise RuntimeError("a pooled engine encodes asynchronously (encode_async)")
@@ -61,7 +62,7 @@ class PooledEngine:
         failure: MemeshError | None = None
         tried: set[int] = set()
         self._lone = 0 if any(self._inflight) else self._lone + 1  # once a batch, whichever actor takes it
-        wide = self._lone >= LONE_STREAK
+        wide = self._widens and self._lone >= LONE_STREAK
         while len(tried) < self.size:
             index = self._pick(tried)
             tried.add(index)
@@ -78,18 +79,19 @@ class PooledEngine:
         actor = self._dir.embedder(index)
         if self._ask is None:
             return await actor.encode(texts, wide)
-        return await actor.encode(texts, False, self._ask)
+        return await actor.encode(texts, wide, self._ask)
 
     async def warm_up(self) -> None:
         """Load the model in every actor now (each loads on its first call: seconds a request would wait).
         An actor that fails is logged and left to load on its first batch (the others serve meanwhile);
-        only a pool where every actor fails raises. The wide engine is warmed too (an ONNX session is built
-        on its first batch)."""
+        only a pool where every actor fails raises. The wide engine is warmed too when the actors have one
+        (it is built on its first batch)."""
         calls = (self._encode(i, ["warm up"], False) for i in range(self.size))
         answers = await asyncio.gather(*calls, return_exceptions=True)
         failed = [(i, a) for i, a in enumerate(answers) if isinstance(a, BaseException)]
         live = [i for i in range(self.size) if i not in dict(failed)]
-        await asyncio.gather(*(self._encode(i, ["warm up"], True) for i in live), return_exceptions=True)
+        if self._widens:
+            await asyncio.gather(*(self._encode(i, ["warm up"], True) for i in live), return_exceptions=True)
         for i, failure in failed:
             log.warning("embedder:%d did not warm up (%s); it loads on its first batch", i, failure)
         if len(failed) == self.size:
