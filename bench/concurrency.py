@@ -106,7 +106,9 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser.add_argument("--cells", type=int, default=2000)
     parser.add_argument("--requests", type=int, default=400, help="recalls and writes per run")
     parser.add_argument("--profile", type=Path, default=None)
-    parser.add_argument("--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx"], help="the server's default")
+    parser.add_argument(
+        "--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx", "minilm-bf16"], help="the server's default"
+    )
     parser.add_argument("--rankings", default="hybrid,dense", help="recall rankings to run, in order (comma-separated)")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
     args = parser.parse_args(argv)

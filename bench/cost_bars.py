@@ -158,7 +158,10 @@ def main(argv: list[str] | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.cost_bars", description=__doc__.split("\n\n")[0])
     parser.add_argument("--short", action="store_true", help="a 10 s burst, a shorter walk drain, 200 requests a run")
     parser.add_argument(
-        "--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx"], help="the model of the runs that use one"
+        "--engine",
+        default="minilm-onnx",
+        choices=["minilm", "minilm-onnx", "minilm-bf16"],
+        help="the model of the runs that use one",
     )
     parser.add_argument("--skip", default="", help="comma-separated: concurrency, propagation, walks, burst, retrieval, quality")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")

@@ -63,7 +63,7 @@ def one_run(server: MemeshServer, key: str, gen: SentenceGen, name: str, clients
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", default="hash", choices=["hash", "minilm", "minilm-onnx"])
+    parser.add_argument("--engine", default="hash", choices=["hash", "minilm", "minilm-onnx", "minilm-bf16"])
     parser.add_argument("--heads", default="1,2,4")
     parser.add_argument("--pools", default="0", help="embedder pool sizes to run each head count with (0: head-local)")
     parser.add_argument("--clients", type=int, default=16)

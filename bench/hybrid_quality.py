@@ -58,7 +58,7 @@ def exact_dense(engine_name: str, data: Dataset) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.hybrid_quality", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx", "hash"])
+    parser.add_argument("--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx", "minilm-bf16", "hash"])
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)

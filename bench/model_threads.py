@@ -39,7 +39,7 @@ def measure(engine: object, gen: SentenceGen, batch: int, seconds: float) -> tup
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=6.0, help="per batch size and thread count")
-    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx"])
+    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "minilm-bf16"])
     args = parser.parse_args()
     cpus = usable_cpus()
     banner(f"the model alone ({args.engine}): 1 thread against {cpus} (usable CPUs)")

@@ -1,5 +1,6 @@
 """The embedding engines side by side, in one process: torch (``minilm``), ONNX fp32 (``minilm-onnx``),
-and ONNX int8 (dynamic quantization of the same export; measured here only, not an engine).
+torch with bfloat16 weights (``minilm-bf16``), and ONNX int8 (dynamic quantization of the same export;
+measured here only, not an engine).
 
 ``.venv/bin/python -m bench.onnx_engine [--texts 512] [--threads N] [--no-starts]``
 
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import REPO, SentenceGen, banner, machine_info, percentile, print_table
+from head.bf16_engine import MiniLMBf16Engine
 from head.embedding import EmbeddingEngine, MiniLMEngine
 from head.onnx_engine import MiniLMOnnxEngine, exported_model, model_dir, session_options
 from tests.unit.test_onnx_engine import fixed_sentences
@@ -110,7 +112,11 @@ def main(argv: list[str] | None = None) -> None:
     torch_engine.encode(mix[:BATCH])
     onnx_engine.encode(mix[:BATCH])  # exports into the cache when missing
     fp32_path = exported_model(model_dir())
-    engines: list[tuple[str, EmbeddingEngine]] = [("torch (minilm)", torch_engine), ("onnx fp32 (minilm-onnx)", onnx_engine)]
+    engines: list[tuple[str, EmbeddingEngine]] = [
+        ("torch (minilm)", torch_engine),
+        ("onnx fp32 (minilm-onnx)", onnx_engine),
+        ("torch bf16 (minilm-bf16)", MiniLMBf16Engine(args.threads)),
+    ]
     for per_channel in (True, False):
         int8, took, size = int8_engine(fp32_path, per_channel, args.threads, scratch)
         print(f"  {int8.name}: quantized in {took:.1f} s, {size / 1e6:.0f} MB (fp32: {fp32_path.stat().st_size / 1e6:.0f} MB)")
@@ -151,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
             ("minilm-onnx, first start (exports)", cold_start_s(encode.format("minilm-onnx"), cache)),
             ("minilm-onnx, from the cache", cold_start_s(encode.format("minilm-onnx"), cache)),
             ("minilm (torch)", cold_start_s(encode.format("minilm"), cache)),
+            ("minilm-bf16 (torch)", cold_start_s(encode.format("minilm-bf16"), cache)),
         ]
         print_table(["start", "seconds"], [[label, f"{seconds:.1f}"] for label, seconds in starts])
     shutil.rmtree(scratch, ignore_errors=True)

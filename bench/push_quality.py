@@ -263,7 +263,7 @@ ONE_RUN_WINDOW_S = 7 * 24 * 3600
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "hash"])
+    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "minilm-bf16", "hash"])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (settings to compare)")

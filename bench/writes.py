@@ -1,6 +1,6 @@
 """Cell writes per second through REST, beside the embedding model's own throughput.
 
-One ``minilm`` server; the server embeds every text (no caller vectors). Modes:
+One server (``--engine``, ``minilm`` unless given); the server embeds every text (no caller vectors). Modes:
 
 - single, 1 client: sequential ``POST /v1/cells`` on one keep-alive connection;
 - single, 16 clients: 16 concurrent ``POST /v1/cells`` loops (asyncio + httpx),
@@ -20,7 +20,7 @@ idle again and prints the drain time, so each mode starts clean, and reports a
 second rate: cells / (run time + drain time), the rate the server sustains
 when the walks are counted.
 
-Run: ``.venv/bin/python -m bench.writes [--quick]``.
+Run: ``.venv/bin/python -m bench.writes [--quick] [--engine minilm|minilm-onnx|minilm-bf16] [--modes batched-1,batched-4]``.
 """
 
 from __future__ import annotations
@@ -178,14 +178,17 @@ def sequential_writes(server: MemeshServer, key: str, gen: SentenceGen, requests
     return Run(requests * batch, total, latencies)
 
 
-def run(plan: Plan, report: Report) -> None:
+MODES = ("single-1", "single-16", "batched-1", "batched-4")
+
+
+def run(plan: Plan, report: Report, engine_name: str = "minilm", only: tuple[str, ...] = MODES) -> None:
     from head.embedding import make_engine
 
-    banner("writes, engine=minilm (the server embeds every text)")
+    banner(f"writes, engine={engine_name} (the server embeds every text), modes {', '.join(only)}")
     gen = SentenceGen(SEED)
-    engine = make_engine("minilm")
+    engine = make_engine(engine_name)
     engine.encode(["load the model"])
-    with MemeshServer("minilm") as server:
+    with MemeshServer(engine_name) as server:
         print(f"    server up in {server.startup_s:.1f} s", flush=True)
         key = server.issue_key(name="bench-writes")
         before = model_rate(engine, gen, plan)
@@ -207,6 +210,7 @@ def run(plan: Plan, report: Report) -> None:
             (f"batched {BATCH}, 1 client", lambda: sequential_writes(server, key, gen, plan.batched_1, BATCH, 1)),
             (f"batched {BATCH}, 4 clients", lambda: asyncio.run(concurrent_writes(server, key, gen, 4, plan.batched_4, BATCH))),
         ]
+        modes = [mode for mode, flag in zip(modes, MODES, strict=True) if flag in only]
         for name, go in modes:
             l0 = loadavg()
             snap = server.cpu()
@@ -249,8 +253,9 @@ def run(plan: Plan, report: Report) -> None:
             limit,
             note="" if settled else "walks still running at the bound",
         )
-    report.add(SECTION, "REST single, 1 client vs unbatched model", runs["single, 1 client"].rate, "cells/s",
-               "model, one text per encode (best of 2)", single_limit)  # fmt: skip
+    if "single, 1 client" in runs:
+        report.add(SECTION, "REST single, 1 client vs unbatched model", runs["single, 1 client"].rate, "cells/s",
+                   "model, one text per encode (best of 2)", single_limit)  # fmt: skip
     report.info["writes"] = {
         "model_batched_texts_per_s": [round(before.batched, 1), round(after.batched, 1)],
         "model_single_texts_per_s": [round(before.single, 1), round(after.single, 1)],
@@ -276,11 +281,16 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser = argparse.ArgumentParser(prog="python -m bench.writes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few writes: a smoke run")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--engine", default="minilm", choices=["minilm", "minilm-onnx", "minilm-bf16"], help="the server engine")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of {', '.join(MODES)}")
     args = parser.parse_args(argv)
+    only = tuple(m for m in args.modes.split(",") if m)
+    if unknown := set(only) - set(MODES):
+        parser.error(f"unknown modes {sorted(unknown)}")
     own = report is None
     report = report or Report(info={"machine": machine_info()})
     started = time.perf_counter()
-    run(QUICK if args.quick else FULL, report)
+    run(QUICK if args.quick else FULL, report, args.engine, only)
     report.info["writes_wall_s"] = round(time.perf_counter() - started, 1)
     if own:
         banner("write figures")

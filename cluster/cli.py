@@ -208,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int)
     serve.add_argument("--grpc-data-port", type=int)
     serve.add_argument("--data-dir")
-    serve.add_argument("--engine", choices=["minilm", "minilm-onnx", "hash"])
+    serve.add_argument("--engine", choices=["minilm", "minilm-onnx", "minilm-bf16", "hash"])
     serve.add_argument("--workers", type=int, help="head processes on this machine, sharing the ports (default 1)")
     serve.set_defaults(func=_serve)
 

@@ -63,8 +63,8 @@ DEFAULT_POOL_MAX = 4  # model copies by default: past it, each copy gets more th
 class EmbeddingSettings(Section):
     # The same all-MiniLM-L6-v2 weights through ONNX Runtime (the default: the same vectors as torch's
     # ``minilm``, and cheaper for the small batches concurrent requests make; docs/decisions.md).
-    engine: Literal["minilm", "minilm-onnx", "hash"] = "minilm-onnx"
-    dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; minilm and minilm-onnx are always 384
+    engine: Literal["minilm", "minilm-onnx", "minilm-bf16", "hash"] = "minilm-onnx"
+    dims: int = Field(384, ge=8, le=4096)  # the hash engine's width; the minilm engines are always 384
     max_batch: int = Field(64, ge=1, le=1024)
     # Embedder actors shared by every head; 0: each head embeds with its own model. None: one per usable
     # CPU (at most DEFAULT_POOL_MAX) for a model engine on Ray, none for ``hash`` or ``ray.in_process``
@@ -379,8 +379,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:
         if self.profile == "production":
-            if self.embedding.engine not in ("minilm", "minilm-onnx"):
-                raise ValueError("the production profile needs embedding.engine = minilm or minilm-onnx")
+            if self.embedding.engine == "hash":
+                raise ValueError("the production profile needs a model engine (minilm-onnx, minilm, minilm-bf16)")
             if any(getattr(self.rate_limits, b).rate == 0 for b in ("read", "write", "inbox", "admin")):
                 raise ValueError("the production profile refuses disabled rate limits")
             if self.ray.in_process:

@@ -6,6 +6,7 @@ Reads only the process's affinity and the cgroup v2 quota, so importing it costs
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 
@@ -24,3 +25,20 @@ def usable_cpus() -> int:
     affinity = getattr(os, "sched_getaffinity", None)
     cpus = len(affinity(0)) if affinity is not None else os.cpu_count() or 1
     return min(cpus, cgroup_cpus() or cpus)
+
+
+_torch_threads = threading.local()  # the intra-op thread count torch was given in this thread
+
+
+def pin_torch_threads(threads: int | None) -> int:
+    """Give torch ``threads`` intra-op threads (unset: every usable CPU) in the calling thread; return its count.
+    A Ray worker starts with OMP_NUM_THREADS=1 (an actor of num_cpus=0), and OpenMP keeps a thread's count per
+    thread: one set elsewhere does not reach a worker thread that already ran torch, so each thread sets its own.
+    Imports torch: call it where torch runs."""
+    import torch
+
+    wanted = threads or usable_cpus()
+    if getattr(_torch_threads, "count", None) != wanted:
+        torch.set_num_threads(wanted)
+        _torch_threads.count = wanted
+    return int(torch.get_num_threads())

