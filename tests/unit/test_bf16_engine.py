@@ -1,5 +1,9 @@
 """The ``minilm-bf16`` engine against the real fp32 engines: real weights, real torch, no stand-ins.
 
+In an embedder actor on Ray it runs as ``minilm`` does (the same pool, the same ``head.cpus.pin_torch_threads``),
+which ``tests/e2e/test_heads.py::test_the_torch_engine_runs_in_the_pool_too`` covers: a server start of its own
+for this engine would add half a minute to the suite and test nothing the pool does differently.
+
 On a CPU without bfloat16 instructions torch emulates them: the vectors are the same, only slower.
 """
 
