@@ -78,7 +78,7 @@ class MiniLMBf16Engine:
                 if not has_bf16_instructions():
                     log.warning("no bfloat16 instructions on this CPU (AMX, AVX512-BF16): minilm-bf16 runs emulated, slowly")
                 directory = model_dir()
-                model = AutoModel.from_pretrained(str(directory), local_files_only=True, torch_dtype=torch.bfloat16).eval()
+                model = AutoModel.from_pretrained(str(directory), local_files_only=True, dtype=torch.bfloat16).eval()
                 MiniLMBf16Engine._loaded = (model_tokenizer(directory), model)
             return MiniLMBf16Engine._loaded
 
