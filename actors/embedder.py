@@ -2,7 +2,8 @@
 
 Guarantees:
 - ``encode`` answers one vector per text, in order, exactly what the engine
-  gives for those texts (batching does not change a vector).
+  gives for those texts (batching changes no vector of the fp32 engines, and
+  ``minilm-bf16``'s only by bfloat16 rounding: ``head.bf16_engine``).
 - Calls that arrive while a batch is encoding are encoded together in the
   next batch, up to ``max_batch`` texts (a call larger than that is one batch
   of its own), whichever head they come from: that is how the pool reaches the

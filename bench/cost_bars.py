@@ -18,7 +18,7 @@ a third from hour to hour, which is why every figure is held against a baseline 
 The model runs (1 and 6) use ``--engine`` (the service's default, ``minilm-onnx``, or torch's ``minilm``); the others use the
 ``hash`` engine, as each benchmark says why.
 
-Run: ``.venv/bin/python -m bench.cost_bars [--short] [--engine minilm|minilm-onnx] [--json FILE]``.
+Run: ``.venv/bin/python -m bench.cost_bars [--short] [--engine minilm|minilm-onnx|minilm-bf16] [--json FILE]``.
 """
 
 from __future__ import annotations

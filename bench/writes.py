@@ -257,6 +257,7 @@ def run(plan: Plan, report: Report, engine_name: str = "minilm", only: tuple[str
         report.add(SECTION, "REST single, 1 client vs unbatched model", runs["single, 1 client"].rate, "cells/s",
                    "model, one text per encode (best of 2)", single_limit)  # fmt: skip
     report.info["writes"] = {
+        "engine": engine_name,
         "model_batched_texts_per_s": [round(before.batched, 1), round(after.batched, 1)],
         "model_single_texts_per_s": [round(before.single, 1), round(after.single, 1)],
         "model_single_p50_ms": [round(before.single_p50_ms, 2), round(after.single_p50_ms, 2)],

@@ -379,7 +379,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:
         if self.profile == "production":
-            if self.embedding.engine == "hash":
+            if self.embedding.engine not in ("minilm-onnx", "minilm", "minilm-bf16"):
                 raise ValueError("the production profile needs a model engine (minilm-onnx, minilm, minilm-bf16)")
             if any(getattr(self.rate_limits, b).rate == 0 for b in ("read", "write", "inbox", "admin")):
                 raise ValueError("the production profile refuses disabled rate limits")

