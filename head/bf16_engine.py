@@ -6,7 +6,8 @@ AMD Zen 4 and later) torch's oneDNN multiplies them in hardware: on the 2-core
 machine of docs/benchmarks.md, 1.7x the texts a second of ``minilm-onnx`` in
 batches of 4 and 3x in batches of 64, on one thread. On a CPU without them
 bfloat16 is emulated, 3 to 7 times slower than fp32 (28 to 64 ms a text with oneDNN held to
-AVX512 or AVX2), so there the engine refuses to load (ConfigInvalid, naming ``minilm-onnx``).
+AVX512 or AVX2), so there the engine refuses to load (ConfigInvalid, naming ``minilm-onnx``),
+except to keep serving a corpus it embedded (``head.embedding.engine_named``) until a reembed.
 
 Its vectors are the model's to bfloat16 rounding: cosine to ``minilm-onnx``'s
 >= 0.9995 on every text of a fixed set (tests/unit/test_bf16_engine.py; 0.99986 measured), against
@@ -27,6 +28,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import functools
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,7 @@ from head.onnx_engine import encode_by_length, model_dir, model_tokenizer, offli
 from mesh.errors import ConfigInvalid
 
 Matrix = npt.NDArray[np.float32]
-
+log = logging.getLogger(__name__)
 
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # the kernel's names for the instructions oneDNN uses
 
@@ -56,20 +59,34 @@ def has_bf16_instructions(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     return True
 
 
+@functools.cache
+def this_cpu_has_bf16() -> bool:
+    """:func:`has_bf16_instructions` for this process's CPU, read once."""
+    return has_bf16_instructions()
+
+
 class MiniLMBf16Engine:
     """all-MiniLM-L6-v2 in torch with bfloat16 weights; one model per process. ``threads``: torch's
-    intra-op threads in the calling thread (unset: every usable CPU)."""
+    intra-op threads in the calling thread (unset: every usable CPU). On a CPU without bfloat16 instructions
+    it refuses to encode (ConfigInvalid), unless ``serves_stored``: the engine a stored corpus records, which
+    a deployment moved to such a CPU keeps serving (slowly, with a warning) until a reembed moves it off."""
 
     dims = 384
     name = "minilm-bf16-all-MiniLM-L6-v2"
     _lock = threading.Lock()
     _loaded: tuple[Any, Any] | None = None  # (tokenizer, model), per process
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, serves_stored: bool = False) -> None:
         self._threads = threads
+        self._serves_stored = serves_stored
         self.threads_used = 0  # torch's intra-op threads in the last encode (0: none yet)
 
     def _load(self) -> tuple[Any, Any]:
+        if not this_cpu_has_bf16() and not self._serves_stored:
+            raise ConfigInvalid(
+                "minilm-bf16 needs a CPU with AMX or AVX512-BF16; this one has neither, and emulated bfloat16 "
+                "is 3 to 7 times slower than minilm-onnx: choose minilm-onnx"
+            )
         with MiniLMBf16Engine._lock:
             if MiniLMBf16Engine._loaded is None:
                 offline_hub()
@@ -78,11 +95,8 @@ class MiniLMBf16Engine:
                     from transformers import AutoModel
                 except ImportError as exc:  # pragma: no cover - install problem
                     raise ConfigInvalid("the minilm-bf16 engine needs torch and transformers") from exc
-                if not has_bf16_instructions():
-                    raise ConfigInvalid(
-                        "minilm-bf16 needs a CPU with AMX or AVX512-BF16; this one has neither, and emulated bfloat16 "
-                        "is 3 to 7 times slower than minilm-onnx: choose minilm-onnx"
-                    )
+                if not this_cpu_has_bf16():
+                    log.warning("a minilm-bf16 corpus on a CPU without bfloat16: served emulated, slowly, until a reembed")
                 directory = model_dir()
                 model = AutoModel.from_pretrained(str(directory), local_files_only=True, dtype=torch.bfloat16).eval()
                 MiniLMBf16Engine._loaded = (model_tokenizer(directory), model)

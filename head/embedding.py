@@ -134,7 +134,7 @@ def engine_named(name: str, threads: int | None = None) -> EmbeddingEngine:
     if name == MiniLMOnnxEngine.name:
         return MiniLMOnnxEngine(threads)
     if name == MiniLMBf16Engine.name:
-        return MiniLMBf16Engine(threads)
+        return MiniLMBf16Engine(threads, serves_stored=True)  # a stored corpus keeps being served on any CPU
     kind, _, dims = name.partition("-")
     if kind == "hash" and dims.isdigit():
         return HashEngine(int(dims))

@@ -121,7 +121,19 @@ def test_the_bfloat16_probe_reads_the_cpu_flags(tmp_path: Path) -> None:
 
 
 def test_a_cpu_without_bfloat16_instructions_is_refused_with_the_engine_to_choose(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("head.bf16_engine.has_bf16_instructions", lambda: False)
+    monkeypatch.setattr("head.bf16_engine.this_cpu_has_bf16", lambda: False)
     monkeypatch.setattr(MiniLMBf16Engine, "_loaded", None)  # a fresh process's engine
     with pytest.raises(ConfigInvalid, match="minilm-onnx"):
         MiniLMBf16Engine(threads=1).encode(["anything"])
+
+
+def test_a_stored_bf16_corpus_is_still_served_on_such_a_cpu(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deployment moved to a CPU without bfloat16 keeps answering until a reembed moves its corpus off."""
+    monkeypatch.setattr("head.bf16_engine.this_cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(MiniLMBf16Engine, "_loaded", None)
+    with caplog.at_level("WARNING", logger="head.bf16_engine"):
+        vectors = engine_named(MiniLMBf16Engine.name, threads=1).encode(["the invoice batch was re-sent"])
+    assert vectors.shape == (1, 384) and np.isfinite(vectors).all()
+    assert "until a reembed" in caplog.text
