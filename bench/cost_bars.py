@@ -15,8 +15,8 @@ A full run takes about 35 minutes on the 2-core machine; ``--short`` (a 10 s bur
 25 s, 200 requests a concurrency run) about 25. Compare figures within one run: this machine's speed moves by
 a third from hour to hour, which is why every figure is held against a baseline of the same run.
 
-The model runs (1 and 6) use ``--engine`` (the service's default, ``minilm-onnx``, or torch's ``minilm``); the others use the
-``hash`` engine, as each benchmark says why.
+The model runs (1 and 6) use ``--engine`` (the service's default, ``minilm-onnx``, torch's ``minilm`` or ``minilm-bf16``);
+the others use the ``hash`` engine, as each benchmark says why.
 
 Run: ``.venv/bin/python -m bench.cost_bars [--short] [--engine minilm|minilm-onnx|minilm-bf16] [--json FILE]``.
 """
