@@ -10,8 +10,8 @@ making of a Pattern in :mod:`mesh.pattern`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
@@ -20,45 +20,12 @@ from mesh.erasure import Selector
 from mesh.errors import Conflict, NotFound, ValidationFailed
 from mesh.model import Cell, Layer, Scene, Vector
 from mesh.partition_index import JoinScores, SceneCentroidIndex, SceneHits, TenantCellIndex
+from mesh.partition_outcomes import ConsolidationOutcome, EraseEffect, EraseOutcome, WriteOutcome
 from mesh.pattern import duplicate_groups, pattern_of
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest
 from mesh.storage_cost import stored_bytes
 from mesh.summary import extractive_summary
 from mesh.tuning import RetrievalTuning, SceneTuning
-
-
-@dataclass(slots=True)
-class WriteOutcome:
-    """Cells as stored (with their scene), and the scenes this write founded."""
-
-    cells: list[Cell] = field(default_factory=list)
-    founded: list[Scene] = field(default_factory=list)
-    created: list[Cell] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class EraseOutcome:
-    """Cells removed, scenes whose aggregates were recomputed, and scenes left empty and removed."""
-
-    cells: list[Cell] = field(default_factory=list)
-    recomputed: list[Scene] = field(default_factory=list)
-    removed_scenes: list[Scene] = field(default_factory=list)
-    revived: list[Cell] = field(default_factory=list)  # members of an erased Pattern, live again
-
-
-@dataclass(slots=True)
-class ConsolidationOutcome:
-    scene: Scene
-    patterns: list[Cell]
-    superseded: list[Cell]
-
-
-@dataclass(frozen=True, slots=True)
-class EraseEffect:
-    """What erasing a set of cells would do to their scenes (counted before anything changes)."""
-
-    emptied: frozenset[str]  # scenes left without members (removed)
-    recomputed: frozenset[str]  # scenes that keep members (aggregates recomputed)
 
 
 class MemoryPartition:
@@ -112,43 +79,56 @@ class MemoryPartition:
 
     # ------------------------------------------------------------------ writes
     def write(self, cells: list[Cell], new_scene_ids: list[str]) -> WriteOutcome:
-        """Store ``cells`` in order; each joins a scene or founds one with the next id of ``new_scene_ids``."""
+        """Store ``cells`` in order; each joins a scene or founds one with the next id of ``new_scene_ids``.
+
+        All or nothing: what it refuses (a wrong dimension, a scene named that is absent or has no room for
+        every cell of the batch naming it) is refused before anything changes. A cell joining on its own
+        never takes a place the batch's later cells named, and should anything fail half-way the cells
+        stored so far are taken out again, so a refused batch leaves no cell behind."""
         outcome = WriteOutcome()
         spare = iter(new_scene_ids)
         for cell in cells:  # validate the whole batch before changing anything
             if cell.id not in self.cells and cell.embedding.shape != (self.dims,):
                 raise ValidationFailed("embedding has the wrong number of dimensions")
-        self.check_scenes(cells)
+        named = self.check_scenes(cells)
         joins = self.scene_index.joins([c for c in cells if c.scene_id is None and c.id not in self.cells])
-        for cell in cells:
-            stored = self.cells.get(cell.id)
-            if stored is not None:
-                outcome.cells.append(stored)
-                continue
-            scene = self._scene_for(cell, spare, outcome, joins)
-            cell.scene_id = scene.id
-            self._insert(cell)
-            self.scene_index.update(scene)
-            outcome.cells.append(cell)
-            outcome.created.append(cell)
+        try:
+            for cell in cells:
+                stored = self.cells.get(cell.id)
+                if stored is not None:
+                    outcome.cells.append(stored)
+                    continue
+                scene = self._scene_for(cell, spare, outcome, joins, named)
+                cell.scene_id = scene.id
+                self._insert(cell)
+                self.scene_index.update(scene)
+                outcome.cells.append(cell)
+                outcome.created.append(cell)
+        except BaseException:
+            self.rollback(outcome)
+            raise
         return outcome
 
     def _explicit_scene(self, cell: Cell) -> Scene:
         """The scene a cell names. Absent, another tenant's and another project's are the same
-        NotFound (a read-scoped caller cannot learn that a scene exists elsewhere); a full scene
-        is a Conflict."""
+        NotFound (a read-scoped caller cannot learn that a scene exists elsewhere)."""
         scene = self.scenes.get(cell.scene_id or "")
         if scene is None or scene.tenant_id != cell.tenant_id or scene.project_id != cell.project_id:
             raise NotFound("scene not found in this project")
-        if len(scene.members) >= self.tuning.max_members:
-            raise Conflict(f"the scene holds its maximum of {self.tuning.max_members} cells")
         return scene
 
-    def check_scenes(self, cells: Iterable[Cell]) -> None:
-        """Raise what ``write`` would raise for the cells' explicit scenes, changing nothing."""
+    def check_scenes(self, cells: Iterable[Cell]) -> Counter[str]:
+        """Raise what ``write`` would raise for the cells' explicit scenes, changing nothing: each must exist in
+        the cell's tenant and project and have room for all the cells (not stored yet) that name it, else
+        Conflict. Returns how many of them name each scene (the places ``write`` keeps for them)."""
+        named: Counter[str] = Counter()
         for cell in cells:
             if cell.scene_id is not None and cell.id not in self.cells:
-                self._explicit_scene(cell)
+                scene = self._explicit_scene(cell)
+                named[scene.id] += 1
+                if len(scene.members) + named[scene.id] > self.tuning.max_members:
+                    raise Conflict(f"the scene holds its maximum of {self.tuning.max_members} cells")
+        return named
 
     def rollback(self, outcome: WriteOutcome) -> None:
         """Undo a write whose commit failed: its cells and founded scenes leave memory."""
@@ -168,14 +148,19 @@ class MemoryPartition:
             self.scenes.pop(scene.id, None)
             self.scene_index.hide(scene)
 
-    def _scene_for(self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome, joins: JoinScores) -> Scene:
+    def _scene_for(
+        self, cell: Cell, spare: Iterable[str], outcome: WriteOutcome, joins: JoinScores, named: Counter[str]
+    ) -> Scene:
+        """The scene ``cell`` joins: the one it names (whose place ``named`` kept), else the nearest of its
+        project with room beyond the places kept, else a new one."""
         if cell.scene_id is not None:
+            named[cell.scene_id] -= 1
             return self._explicit_scene(cell)
         nearest = joins.nearest_in_project(cell, 8)
         for near, similarity in nearest:  # the nearest with room
             if similarity < self.tuning.join_similarity:
                 break
-            if len(self.scenes[near].members) < self.tuning.max_members:
+            if len(self.scenes[near].members) + named[near] < self.tuning.max_members:
                 return self.scenes[near]
         scene_id = next(iter(spare), None)
         if scene_id is None:
@@ -323,6 +308,19 @@ class MemoryPartition:
             scene.summary_dirty = True
             self.scene_index.update(scene)
         return cell
+
+    def untombstone(self, cell: Cell) -> None:
+        """Undo ``tombstone`` of ``cell`` (its commit failed): back in reads and walks, its scene as before."""
+        if not cell.tombstone or self.cells.get(cell.id) is not cell:
+            return
+        cell.tombstone = False
+        self._tenant(cell.tenant_id).index.set_live(cell.id, True)
+        scene = self.scenes.get(cell.scene_id or "")
+        if scene is not None and cell.live:
+            scene.add_vector(cell.embedding)
+            scene.live_count += 1
+            scene.summary_dirty = True
+            self.scene_index.update(scene)
 
     def erase(self, cell_ids: Iterable[str]) -> EraseOutcome:
         """Remove cells from memory entirely (vectors zeroed), revive the members of erased Patterns,

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mesh import partition_index
-from mesh.errors import NotFound
-from mesh.model import CellType, Layer, normalize
+from mesh.errors import Conflict, NotFound
+from mesh.model import Cell, CellType, Layer, normalize
 from mesh.partition import MemoryPartition
 from mesh.query import NodeFilter
 from mesh.sharding import partition_key, shard_for
@@ -107,6 +107,63 @@ def test_explicit_scene_must_exist_in_tenant_and_project() -> None:
         p.write([cell(direction(2, DIMS), tenant="t2", scene_id=c.scene_id)], [uid("5")])
     with pytest.raises(NotFound):  # another project's scene is as absent as a missing one (no existence oracle)
         p.write([cell(direction(2, DIMS), project="other", scene_id=c.scene_id)], [uid("5")])
+
+
+def test_a_batch_that_overfills_a_named_scene_is_refused_whole() -> None:
+    """A batch naming a scene more times than it has room for was refused with Conflict at the cell that found
+    it full, but the cells before it stayed in memory: searchable and counted, never journaled nor committed
+    (so gone after a restart). It is refused before anything changes."""
+    p = partition(join_similarity=0.8, max_members=3)
+    first = cell(direction(1, DIMS))
+    p.write([first], [uid("5")])
+    scene = first.scene_id or ""
+    batch = [cell(direction(n, DIMS, 0.05, base=1), scene_id=scene) for n in (20, 21, 22)]
+    with pytest.raises(Conflict):
+        p.write(batch, [uid("5") for _ in batch])
+    assert list(p.cells) == [first.id]
+    assert p.scene("t1", scene).members == [first.id] and p.scene("t1", scene).live_count == 1
+    assert [c.id for c, _ in p.search("t1", direction(1, DIMS), 10, NodeFilter())] == [first.id]
+    assert p.usage("t1")[0] == 1
+    fits = batch[:2]
+    p.write(fits, [uid("5") for _ in fits])  # room for two: they join it
+    assert p.scene("t1", scene).members == [first.id, *(c.id for c in fits)]
+
+
+def test_a_cell_joining_on_its_own_leaves_the_places_a_batch_named() -> None:
+    """A near cell with no scene named would join the scene whose last place a later cell of its batch names;
+    it founds another instead, so the named cell is stored and the batch is not refused half-way."""
+    p = partition(join_similarity=0.8, max_members=2)
+    first = cell(direction(1, DIMS))
+    p.write([first], [uid("5")])
+    scene = first.scene_id or ""
+    near = cell(direction(30, DIMS, 0.02, base=1))
+    named = cell(direction(31, DIMS, 0.02, base=1), scene_id=scene)
+    out = p.write([near, named], [uid("5"), uid("5")])
+    assert named.scene_id == scene and near.scene_id != scene and len(out.founded) == 1
+    assert p.scene("t1", scene).members == [first.id, named.id]
+
+
+def test_a_write_that_fails_half_way_leaves_no_cell_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever fails after the checks (here the second cell's insert), the cells stored so far are taken out."""
+    p = partition(join_similarity=0.8)
+    first = cell(direction(1, DIMS))
+    p.write([first], [uid("5")])
+    real, calls = p._insert, 0
+
+    def failing(c: Cell) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise RuntimeError("injected")
+        real(c)
+
+    monkeypatch.setattr(p, "_insert", failing)
+    batch = [cell(direction(n, DIMS, 0.05, base=b)) for n, b in ((40, 1), (41, 99))]
+    with pytest.raises(RuntimeError):
+        p.write(batch, [uid("5") for _ in batch])
+    assert list(p.cells) == [first.id] and p.usage("t1")[0] == 1
+    assert [c.id for c, _ in p.search("t1", direction(1, DIMS), 10, NodeFilter())] == [first.id]
+    assert len(p.scenes) == 1 and p.scene("t1", first.scene_id or "").members == [first.id]
 
 
 def test_search_is_tenant_confined_and_filters_apply() -> None:
