@@ -3,7 +3,7 @@
 Guarantees:
 - Single writer of ``beacon_set_<n>_beacons`` and ``beacon_set_<n>_agents``;
   ``place`` and ``remove`` answer after their row is committed (placed, or
-  deleted).
+  deleted); when that commit fails, memory is left as storage holds it.
 - ``place`` is idempotent by beacon id; ``remove`` by anyone but the owner is a
   NotFound, like a missing beacon; removing (or deleting) again a beacon among
   its agent's last ``REMEMBERED_REMOVALS`` removals is a no-op that succeeds
@@ -147,10 +147,9 @@ class BeaconSet(BeaconReembedding):
         return sorted(self._tenants)
 
     def _tenant(self, tenant_id: str) -> TenantNodes:
-        nodes = self._tenants.get(tenant_id)
-        if nodes is None:
-            nodes = self._tenants[tenant_id] = TenantNodes(self.config.dims, self.config.prior)
-        return nodes
+        if tenant_id not in self._tenants:
+            self._tenants[tenant_id] = TenantNodes(self.config.dims, self.config.prior)
+        return self._tenants[tenant_id]
 
     def _put_beacon(self, beacon: Beacon) -> None:
         self.beacons[beacon.id] = beacon
@@ -224,7 +223,12 @@ class BeaconSet(BeaconReembedding):
         self._put_beacon(beacon)
         for old in expired:
             self._drop_beacon(old)
-        await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
+        try:
+            await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
+        except Exception:  # not acknowledged: the beacon leaves again (its id was never given out)
+            if self.beacons.get(beacon.id) is beacon:
+                self._drop_beacon(beacon)
+            raise
         await self._presence.tell([beacon.tenant_id])
         return beacon
 
@@ -240,7 +244,12 @@ class BeaconSet(BeaconReembedding):
         if beacon.tenant_id != tenant_id or beacon.agent_id != agent_id:
             raise NotFound("beacon not found")
         self._drop_beacon(beacon)
-        await self._beacon_commit.submit([(beacon_id, None)])
+        try:
+            await self._beacon_commit.submit([(beacon_id, None)])
+        except Exception:  # not acknowledged: placed as storage holds it, and a retry removes it
+            self._put_beacon(beacon)
+            self._unfolded.discard(beacon_id)
+            raise
         return True
 
     async def sweep(self, now: datetime | None = None) -> int:
@@ -352,11 +361,8 @@ class BeaconSet(BeaconReembedding):
     async def locate(self, beacon_id: str) -> str | None:
         """The tenant of a stored beacon, or None when this set does not hold it."""
         await self._ready()
-        beacon = self.beacons.get(beacon_id)
-        if beacon is not None:
-            return beacon.tenant_id
-        removed = self._removed.get(beacon_id)
-        return removed[0] if removed is not None else None
+        beacon, removed = self.beacons.get(beacon_id), self._removed.get(beacon_id)
+        return beacon.tenant_id if beacon is not None else removed[0] if removed is not None else None
 
     async def delete_beacon(self, beacon_id: str) -> bool:
         """An operator's delete: the beacon is removed; False when it already was."""

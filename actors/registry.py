@@ -316,7 +316,13 @@ class Registry:
             raise QuotaExceeded(f"an agent holds at most {self.config.max_open_sessions} open sessions: close one first")
         self._sessions[session.id] = session
         self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
-        await self._session_commit.submit([session])
+        try:
+            await self._session_commit.submit([session])
+        except Exception:  # not acknowledged: its place is given back (no one holds its id to close it)
+            if self._sessions.get(session.id) is session:
+                del self._sessions[session.id]
+                self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
+            raise
         return session
 
     async def get_session(self, session_id: str) -> Session:
@@ -333,7 +339,13 @@ class Registry:
         closed = replace(session, closed_at=now)
         self._sessions[session_id] = closed
         self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
-        await self._session_commit.submit([closed])
+        try:
+            await self._session_commit.submit([closed])
+        except Exception:  # not acknowledged: open as storage holds it, so a retry closes it for good
+            if self._sessions.get(session_id) is closed:
+                self._sessions[session_id] = session
+                self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
+            raise
         return closed
 
     async def sweep(self, now: datetime | None = None) -> int:

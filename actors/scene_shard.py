@@ -365,8 +365,7 @@ class SceneShard(SceneReembedding):
     # --------------------------------------------------------- delete and erase
     async def locate(self, cell_id: str) -> tuple[str, str] | None:
         """(tenant, project) of a stored cell, or None when this shard does not hold it."""
-        partition = await self._ready()
-        cell = partition.cells.get(cell_id)
+        cell = (await self._ready()).cells.get(cell_id)
         return (cell.tenant_id, cell.project_id) if cell is not None else None
 
     async def delete_cell(self, cell_id: str) -> bool:
@@ -375,11 +374,12 @@ class SceneShard(SceneReembedding):
         cell = partition.tombstone(cell_id)
         if cell is None:
             return False
-        changes: list[Record] = [cell]
         scene = partition.scenes.get(cell.scene_id or "")
-        if scene is not None:
-            changes.append(scene)
-        await self._commit.submit(changes)
+        try:  # not acknowledged if this fails: the cell stays as storage holds it, and a retry deletes it
+            await self._commit.submit([cell] if scene is None else [cell, scene])
+        except Exception:
+            partition.untombstone(cell)
+            raise
         return True
 
     async def erase_plan(self, selector: Selector, quiesce: bool) -> ShardErasePlan:

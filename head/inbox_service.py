@@ -96,10 +96,12 @@ class InboxService:
         reservation = await self._usage.reserve(principal.tenant_id, beacons=1, size=stored_bytes(interest, self._embedder.dims))
         try:
             async with self._embedder.gate.shared():  # the vector and its engine never straddle a reembed switch
-                return await self._place(principal, interest, now, expiry)
+                placed = await self._place(principal, interest, now, expiry)
         except BaseException:
             self._usage.release(reservation)
             raise
+        self._usage.settle(reservation)
+        return placed
 
     async def _place(self, principal: Principal, interest: str, now: datetime, expires_at: datetime | None) -> Beacon:
         vector = await self._embedder.embed_one(interest, principal.tenant_id)
@@ -122,7 +124,7 @@ class InboxService:
         ref = self._dir.beacon_set(beacon_set_index(self._dir, principal.agent_id))
         removed: bool = await ref.remove(principal.tenant_id, principal.agent_id, beacon_id)
         if removed:  # a repeated removal gives nothing back
-            self._usage.release(Reservation(principal.tenant_id, beacons=1))
+            self._usage.removed(Reservation(principal.tenant_id, beacons=1))
 
     async def pull(
         self, principal: Principal, since: int | None, ack: int | None, limit: int | None, by_seq: bool = False

@@ -107,10 +107,12 @@ class MemoryService:
         size = sum(stored_bytes(spec.content, self._embedder.dims) for spec in specs)
         reservation = await self._usage.reserve(principal.tenant_id, cells=len(specs), size=size)
         try:
-            return await self._write(principal, specs, projects)
+            written = await self._write(principal, specs, projects)
         except BaseException:
             self._usage.release(reservation)
             raise
+        self._usage.settle(reservation)
+        return written
 
     async def _write(self, principal: Principal, specs: list[NewCell], projects: list[str]) -> list[Cell]:
         vectors = await self._vectors_for(specs, principal.tenant_id)

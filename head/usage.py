@@ -4,11 +4,15 @@ A tenant's data lives on several actors (its projects on scene shards, its
 agents' beacons on beacon sets), so a quota is checked against a ledger the
 head keeps: the tenant's usage as read from every actor (again after
 ``refresh_s``), plus what this head has reserved since. A write reserves its
-cost before it is dispatched and gives it back if it fails.
+cost before it is dispatched, and either settles it (it landed) or gives it
+back (it failed). A reading taken while writes are in flight counts them too
+(an actor may or may not hold them yet), so a refresh never forgets a write
+under way, and a failed one gives back only what was counted.
 
-Guarantees: with one head, a tenant never holds more than its quota; with
-several heads, the overshoot is bounded by what the others admit within one
-``refresh_s``. A quota of 0 is off. Refusals are QuotaExceeded (429
+Guarantees: with one head, a tenant never holds more than its quota (a write
+landing during a refresh may be counted twice until the next one: the safe
+side); with several heads, the overshoot is bounded by what the others admit
+within one ``refresh_s``. A quota of 0 is off. Refusals are QuotaExceeded (429
 ``quota_exceeded``, no Retry-After: the quota does not refill by itself).
 """
 
@@ -54,6 +58,7 @@ class UsageLedger:
         self._quotas = quotas
         self._monotonic = monotonic
         self._usage: dict[str, _Usage] = {}
+        self._pending: dict[str, list[int]] = {}  # per tenant: cells, beacons, bytes reserved by writes under way
         self._reading: dict[str, asyncio.Lock] = {}
         self.refusals: Counter[str] = Counter()  # by quota: cells, beacons, bytes
 
@@ -67,12 +72,13 @@ class UsageLedger:
             if known is not None and self._monotonic() - known.read_at < self._quotas.refresh_s:
                 return known
             spec = self._dir.spec
+            cells, beacons, size = self._pending.get(tenant_id, (0, 0, 0))  # under way now: held or not when read
             shards = await asyncio.gather(*(self._dir.scene_shard(i).usage(tenant_id) for i in range(spec.scene_shards)))
             sets = await asyncio.gather(*(self._dir.beacon_set(i).usage(tenant_id) for i in range(spec.beacon_sets)))
             fresh = _Usage(
-                cells=sum(c for c, _ in shards),
-                beacons=sum(b for b, _ in sets),
-                size=sum(s for _, s in shards) + sum(s for _, s in sets),
+                cells=cells + sum(c for c, _ in shards),
+                beacons=beacons + sum(b for b, _ in sets),
+                size=size + sum(s for _, s in shards) + sum(s for _, s in sets),
                 read_at=self._monotonic(),
             )
             self._usage[tenant_id] = fresh
@@ -98,15 +104,35 @@ class UsageLedger:
         usage.cells += cells
         usage.beacons += beacons
         usage.size += size
-        return Reservation(tenant_id, cells, beacons, size)
+        reservation = Reservation(tenant_id, cells, beacons, size)
+        self._under_way(reservation, +1)
+        return reservation
+
+    def _under_way(self, reservation: Reservation, sign: int) -> None:
+        pending = self._pending.setdefault(reservation.tenant_id, [0, 0, 0])
+        for i, amount in enumerate((reservation.cells, reservation.beacons, reservation.size)):
+            pending[i] = max(0, pending[i] + sign * amount)
+        if not any(pending):
+            del self._pending[reservation.tenant_id]
+
+    def settle(self, reservation: Reservation) -> None:
+        """The reserved write landed: it stays counted (and the actors hold it from now on)."""
+        if any((reservation.cells, reservation.beacons, reservation.size)):
+            self._under_way(reservation, -1)
 
     def release(self, reservation: Reservation) -> None:
-        """Give back a reservation whose write failed (or a beacon that was removed)."""
-        usage = self._usage.get(reservation.tenant_id)
+        """Give back a reservation whose write failed."""
+        if any((reservation.cells, reservation.beacons, reservation.size)):
+            self._under_way(reservation, -1)
+        self.removed(reservation)
+
+    def removed(self, amount: Reservation) -> None:
+        """What a tenant held and no longer does (a beacon removed) leaves its count."""
+        usage = self._usage.get(amount.tenant_id)
         if usage is not None:
-            usage.cells = max(0, usage.cells - reservation.cells)
-            usage.beacons = max(0, usage.beacons - reservation.beacons)
-            usage.size = max(0, usage.size - reservation.size)
+            usage.cells = max(0, usage.cells - amount.cells)
+            usage.beacons = max(0, usage.beacons - amount.beacons)
+            usage.size = max(0, usage.size - amount.size)
 
     def forget(self, tenant_id: str | None = None) -> None:
         """Read the tenant's usage afresh next time (after an erase); None: every tenant."""

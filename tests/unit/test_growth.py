@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from head.facade import Memesh
+from head.usage import Quotas, UsageLedger
 from mesh.consolidation import find_groups
 from mesh.errors import Conflict, NotFound, QuotaExceeded, StorageUnavailable
 from mesh.identity import AgentStatus
@@ -127,6 +128,51 @@ async def test_tenant_quotas_answer_quota_exceeded_without_retry_after(make_core
     await sized.close()
 
 
+async def test_a_usage_refresh_counts_the_writes_under_way(make_core: Callable[..., Memesh]) -> None:
+    """The quota ledger read every actor again after ``refresh_s`` and forgot the reservations of writes still
+    under way (no actor holds them yet): a write was admitted past the quota, and a write failing after the
+    refresh gave back what the new reading never counted, so a tenant could pass its quota at every refresh.
+    The actors here hold nothing of the tenant: what is counted is the ledger's own."""
+    core = make_core()
+    now = [0.0]
+    ledger = UsageLedger(core.directory, Quotas(max_cells=10, max_beacons=0, max_bytes=0, refresh_s=30.0), lambda: now[0])
+    first = await ledger.reserve("t1", cells=6)
+    now[0] += 31  # the next reservation reads every actor again while the first write is under way
+    with pytest.raises(QuotaExceeded):
+        await ledger.reserve("t1", cells=6)
+    small = await ledger.reserve("t1", cells=1)
+    ledger.release(first)  # failed: it gives back the 6 the reading counted, no more
+    with pytest.raises(QuotaExceeded):
+        await ledger.reserve("t1", cells=10)
+    ledger.settle(await ledger.reserve("t1", cells=9))
+    ledger.settle(small)
+    now[0] += 31  # nothing under way now: the reading is the actors' (none of it was really written)
+    ledger.settle(await ledger.reserve("t1", cells=10))
+    await core.close()
+
+
+async def test_a_beacon_placed_or_removed_whose_commit_fails_is_undone(make_core: Callable[..., Memesh]) -> None:
+    """A placement whose commit failed (503, no id given out) left the beacon live in memory, gathering
+    deliveries and holding one of its agent's places; a removal whose commit failed left it out of memory only
+    (a retry answered 200, and it came back at the next load). Both are undone."""
+    core = make_core(limits={"max_beacons_per_agent": 1})
+    owner, _ = await agent(core, role="Reader")
+    target = core.directory.beacon_set(beacon_set_index(core.directory, owner.agent_id)).target  # type: ignore[attr-defined]
+    fail_once(target._beacon_commit, "submit")
+    with pytest.raises(StorageUnavailable):
+        await core.inbox.place_beacon(owner, "replication lag")
+    assert not target.beacons
+    placed = await core.inbox.place_beacon(owner, "replication lag")  # its agent's one place is free
+    fail_once(target._beacon_commit, "submit")
+    with pytest.raises(StorageUnavailable):
+        await core.inbox.remove_beacon(owner, placed.id)
+    assert list(target.beacons) == [placed.id]
+    assert await target._beacon_table.rows.count() == 1
+    await core.inbox.remove_beacon(owner, placed.id)  # the retry removes it, row and all
+    assert not target.beacons and await target._beacon_table.rows.count() == 0
+    await core.close()
+
+
 def test_find_groups_matches_the_greedy_definition() -> None:
     """H4: the vectorised grouping decides what the Python double loop decided."""
     rng = np.random.default_rng(3)
@@ -170,6 +216,73 @@ async def test_scenes_are_capped_and_consolidation_leaves_the_loop_free(make_cor
     assert time.perf_counter() - started < 2.0
     report = await work
     assert report.scene.live_count <= 300
+    await core.close()
+
+
+async def test_a_batch_overfilling_a_named_scene_is_refused_and_leaves_nothing(make_core: Callable[..., Memesh]) -> None:
+    """A batch naming a scene more times than it had room for got 409, but its cells before the one that
+    found the scene full stayed readable until a restart, though never stored. Now nothing of it is kept."""
+    core = make_core(scenes={"max_members": 2})
+    api = Api(core)
+    key = await api.key()
+    first = await api.send("POST", "/v1/cells", key, {"content": "the primary lags", "cell_type": "Fact"})
+    scene = first.json()["scene_id"]
+    named = [{"content": f"replica {n} lags too", "cell_type": "Fact", "scene_id": scene} for n in range(2)]
+    assert_error(await api.send("POST", "/v1/cells:batch", key, {"cells": named}), 409, "conflict")
+    listed = await api.send("GET", "/v1/cells", key)
+    assert [c["id"] for c in listed.json()["cells"]] == [first.json()["id"]]
+    answer = await api.send("POST", "/v1/query", key, {"text": "replica lags", "k": 10})
+    assert [c["id"] for c in answer.json()] == [first.json()["id"]]
+    assert (await api.send("POST", "/v1/cells:batch", key, {"cells": named[:1]})).status_code == 201  # one place left
+    await api.http.aclose()
+    await core.close()
+
+
+def fail_once(target: Any, method: str) -> None:
+    """``target.method`` raises StorageUnavailable on its next call, as a failed commit does, then is itself again."""
+    real = getattr(target, method)
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        setattr(target, method, real)
+        raise StorageUnavailable("storage failed during a commit")
+
+    setattr(target, method, failing)
+
+
+async def test_a_delete_or_a_session_change_whose_commit_fails_is_undone(make_core: Callable[..., Memesh]) -> None:
+    """A delete whose commit failed (503) left the cell tombstoned in memory only: a retry was 404 and the cell
+    came back at the next load. A session open whose commit failed kept its place (no one holds its id to close
+    it: enough of them and the agent could open none); a failed close left it closed in memory only. Each is
+    undone, so memory stays what storage holds and a retry does it."""
+    core = make_core(limits={"max_open_sessions_per_agent": 1})
+    writer, _ = await agent(core)
+    cell_id = await write(core, writer, "rotate the tls certificates every ninety days")
+    shard = next(
+        s.target  # type: ignore[attr-defined]
+        for s in (core.directory.scene_shard(0), core.directory.scene_shard(1))
+        if cell_id in s.target.partition.cells  # type: ignore[attr-defined]
+    )
+    fail_once(shard._commit, "submit")
+    with pytest.raises(StorageUnavailable):
+        await core.cells.delete(writer, cell_id)
+    assert (await core.cells.get(writer, cell_id)).id == cell_id
+    assert [c.id for c in await core.memory.query(writer, "tls certificates", None, 5, _no_filter())] == [cell_id]
+    await core.cells.delete(writer, cell_id)  # the retry deletes it
+    with pytest.raises(NotFound):
+        await core.cells.get(writer, cell_id)
+    registry = core.directory.registry().target  # type: ignore[attr-defined]
+    fail_once(registry._session_commit, "submit")
+    with pytest.raises(StorageUnavailable):
+        await core.memory.open_session(writer, "p")
+    session = await core.memory.open_session(writer, "p")  # its one place was given back
+    fail_once(registry._session_commit, "submit")
+    with pytest.raises(StorageUnavailable):
+        await core.memory.close_session(writer, session.id)
+    assert (await registry.get_session(session.id)).open
+    with pytest.raises(QuotaExceeded):  # still open, so still counted
+        await core.memory.open_session(writer, "p")
+    await core.memory.close_session(writer, session.id)
+    assert not (await registry.get_session(session.id)).open
     await core.close()
 
 
