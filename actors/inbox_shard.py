@@ -199,7 +199,12 @@ class InboxShard:
             added += 1
             if len(inbox) > cap + cap // 10:
                 crowded.add(d.agent_id)
-        await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
+        try:
+            await self._delivery_commit.submit([added or 1])  # also waits for a replay's first attempt to commit
+        except BaseException:  # the displaced left memory whatever this commit did: their rows go too
+            if gone:
+                self._trims.spawn(self._trim_commit.submit(gone))
+            raise
         self.delivered += added
         gone += self._trim_in_memory(crowded)
         if gone:

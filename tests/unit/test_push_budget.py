@@ -19,6 +19,7 @@ from head.facade import Memesh
 from mesh.model import Beacon, CellType, NewCell
 from mesh.seam import inbox_index
 from mesh.walk import NeighbourRequest
+from tests.unit.test_growth import fail_once
 from tests.unit.test_propagation import agent, drain, settle
 
 DIMS = 8
@@ -75,6 +76,28 @@ async def test_a_served_delivery_is_never_taken_back(make_core: Callable[..., Me
     assert [i["diff"]["cell_id"] for i in again] == [i["diff"]["cell_id"] for i in first]
     assert again[0]["delivery"]["withheld"] == 1
     await core.close()
+
+
+async def test_a_delivery_displaced_while_the_commit_fails_does_not_come_back(make_core: Callable[..., Memesh]) -> None:
+    """A better delivery pushed a stored one out of the budget, but when the new delivery's commit failed the
+    displaced one's row was never deleted: after a restart it came back beside the new one, over the budget."""
+    budget = {"node_budget": 1, "close_match": 1.01}  # every match a standout: one budget
+    core = make_core(propagation=budget)
+    listener, _ = await agent(core, role="Reader")
+    writer, _ = await agent(core)
+    await core.inbox.place_beacon(listener, "terraform state lock")
+    await core.memory.write_cells(writer, [NewCell(content="terraform state lock held by a run", cell_type=CellType.FACT)])
+    await settle(core)
+    shard = core.directory.inbox_shard(inbox_index(core.directory, listener.agent_id)).target  # type: ignore[attr-defined]
+    fail_once(shard._delivery_commit, "submit")  # the better one's first commit fails; its walk is retried
+    better = (await core.memory.write_cells(writer, [NewCell(content="terraform state lock", cell_type=CellType.FACT)]))[0]
+    await settle(core)
+    assert (await shard.health())["budget_displaced"] == 1, "the better delivery must displace the first"
+    await core.close()
+    again = make_core(propagation=budget)
+    items = (await drain(again, listener, since=0))["items"]
+    assert [i["diff"]["cell_id"] for i in items] == [better.id]
+    await again.close()
 
 
 async def test_the_budget_window_moves_with_the_clock(make_core: Callable[..., Memesh]) -> None:
