@@ -9,7 +9,8 @@ baseline in the same run; nothing else runs beside them), then prints one table 
 3. ``bench.walk_drain --cells 30000 --seconds 40``: server CPU per walk against the model's CPU per text;
 4. ``bench.burst``: recall while two writers burst, while only their walks run, and idle;
 5. ``bench.retrieval --engines hash --no-lance --sizes 10000``: the ``hash`` engine's REST recall against its floor;
-6. ``bench.hybrid_quality``: hybrid against dense-only on the labelled set of ``bench.convmem``.
+6. ``bench.hybrid_quality``: hybrid against dense-only on the labelled set of ``bench.convmem`` (with
+   ``--locomo PATH``, on LoCoMo: ``bench.locomo``).
 
 A full run takes about 35 minutes on the 2-core machine; ``--short`` (a 10 s burst, 20,000 walks queued for
 25 s, 200 requests a concurrency run) about 25. Compare figures within one run: this machine's speed moves by
@@ -165,7 +166,9 @@ def main(argv: list[str] | None = None) -> Report:
     )
     parser.add_argument("--skip", default="", help="comma-separated: concurrency, propagation, walks, burst, retrieval, quality")
     parser.add_argument("--json", type=Path, help="also write every figure to this JSON file")
+    parser.add_argument("--locomo", type=Path, help="the quality bar on LoCoMo's release zip instead (bench.locomo)")
     args = parser.parse_args(argv)
+    locomo = ["--locomo", str(args.locomo)] if args.locomo else []
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     started = time.perf_counter()
     report = Report(info={"machine": machine_info(), "short": args.short, "engine": args.engine})
@@ -179,7 +182,7 @@ def main(argv: list[str] | None = None) -> Report:
         ("walks", lambda: walk_drain.main(["--cells", drain[0], "--seconds", drain[1]], report)),
         ("burst", lambda: burst.main(["--burst-s", burst_s], report)),
         ("retrieval", lambda: retrieval.main(["--engines", "hash", "--no-lance", "--sizes", "10000"], report)),
-        ("quality", lambda: hybrid_quality.main(["--engine", args.engine], report)),
+        ("quality", lambda: hybrid_quality.main(["--engine", args.engine, *locomo], report)),
     ]
     for name, run in runs:
         if name not in skip:

@@ -12,7 +12,10 @@ Figures per method: evidence recall@10 (the share of a question's answering
 turns in its top 10, averaged), hit@10 (any answering turn in the top 10),
 MRR@10; and recall@10 per question kind.
 
-Run: ``.venv/bin/python -m bench.hybrid_quality [--engine minilm-onnx|minilm|hash] [--conversations 12]``.
+With ``--locomo PATH`` the same is measured on LoCoMo, a public benchmark we may not ship
+(:mod:`bench.locomo`): its release zip or folder, brought by whoever runs it.
+
+Run: ``.venv/bin/python -m bench.hybrid_quality [--engine minilm-onnx|minilm|hash] [--conversations 12] [--locomo PATH]``.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
+from bench import locomo
 from bench.common import MemeshServer, Report, banner, machine_info, percentile, print_table
 from bench.convmem import Dataset, Question, build
 
@@ -61,9 +66,10 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     parser.add_argument("--engine", default="minilm-onnx", choices=["minilm", "minilm-onnx", "minilm-bf16", "hash"])
     parser.add_argument("--conversations", type=int, default=12)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--locomo", type=Path, help="LoCoMo's locomo10.zip or its folder of conversations (not shipped)")
     args = parser.parse_args(argv)
     report = report or Report()
-    data = build(args.seed, args.conversations)
+    data = locomo.load(args.locomo) if args.locomo else build(args.seed, args.conversations)
     turns = sum(len(c.turns) for c in data.conversations)
     banner(f"hybrid against dense retrieval ({args.engine}; {turns} turns, {len(data.questions)} questions, k {K})")
     print(machine_info())

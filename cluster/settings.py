@@ -267,9 +267,10 @@ class RetrievalSettings(Section):
     ranking: Ranking = Ranking.HYBRID
     rrf_k: int = Field(10, ge=1, le=10_000)
     w_dense: float = Field(1.0, ge=0)
-    w_lexical: float = Field(0.25, ge=0)
+    w_lexical: float = Field(1.0, ge=0)
+    lexical_candidates: int = Field(5, ge=1, le=10_000)
     bm25_k1: float = Field(1.2, ge=0, le=100)
-    bm25_b: float = Field(0.75, ge=0, le=1)
+    bm25_b: float = Field(0.4, ge=0, le=1)
     batch_searches: bool = True  # concurrent searches share one actor call per scene shard
 
     def tuning(self) -> RetrievalTuning:

@@ -300,7 +300,7 @@ class MemoryService:
             SearchRequest(principal.tenant_id, vector, pool, self._scoped(principal, flt), tuple(query_terms), self._retrieval)
         )
         dense = merge([part[0] for part in parts], pool)
-        lexical = [(cell, cos) for cell, _, cos in merge([part[1] for part in parts], pool)]
+        lexical = [(cell, cos) for cell, _, cos in merge([part[1] for part in parts], self._retrieval.lexical_pool(pool))]
         return fuse(dense, lexical, self._retrieval)
 
     async def _fan_out(self, request: SearchRequest) -> list[SearchAnswer]:

@@ -226,7 +226,7 @@ class MemoryPartition:
         dense = [(self.cells[cid], sim) for cid, sim in tenant.index.search(request.vector, request.k, mask)]
         if not request.terms:
             return dense, []
-        lexical = tenant.lexical_search(list(request.terms), request.k, flt, request.tuning, mask)
+        lexical = tenant.lexical_search(list(request.terms), request.tuning.lexical_pool(request.k), flt, request.tuning, mask)
         cosines = tenant.index.similarity([cid for cid, _ in lexical], request.vector)
         return dense, [(self.cells[cid], bm25, float(cos)) for (cid, bm25), cos in zip(lexical, cosines, strict=True)]
 

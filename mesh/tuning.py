@@ -70,15 +70,24 @@ class RetrievalTuning:
         the dense and the lexical list, divided by the most any candidate could
         get (first in both), so it lies in (0, 1].
     w_dense, w_lexical: each list's weight in the fusion.
+    lexical_candidates: how many of BM25's best (at most) join the fusion: its
+        first few are strong evidence, its long tail mostly words in common
+        that would push good dense answers down.
     bm25_k1, bm25_b: BM25's term-frequency saturation and length normalisation.
-    Both lists are cut at the candidate pool before fusing: for ``query``
+    The dense list is cut at the candidate pool before fusing (for ``query``
     ``max(candidates_factor * k, min_candidates)`` of the recall tuning, and
-    for ``recall`` its own pool.
+    for ``recall`` its own pool), the lexical list at the smaller of that pool
+    and ``lexical_candidates``.
     """
 
     ranking: Ranking = Ranking.HYBRID
     rrf_k: int = 10
     w_dense: float = 1.0
-    w_lexical: float = 0.25
+    w_lexical: float = 1.0
+    lexical_candidates: int = 5
     bm25_k1: float = 1.2
-    bm25_b: float = 0.75
+    bm25_b: float = 0.4
+
+    def lexical_pool(self, pool: int) -> int:
+        """How many BM25 candidates a search of ``pool`` dense ones fuses."""
+        return max(1, min(pool, self.lexical_candidates))

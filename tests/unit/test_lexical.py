@@ -14,7 +14,7 @@ from mesh import lexical
 from mesh.fusion import fuse
 from mesh.lexical import MAX_QUERY_TERMS, LexicalIndex, english_stop_words, query_terms, terms
 from mesh.partition import MemoryPartition
-from mesh.query import NodeFilter
+from mesh.query import NodeFilter, SearchRequest
 from mesh.tuning import RetrievalTuning, SceneTuning
 from tests.unit.helpers import cell, direction, uid
 
@@ -154,8 +154,21 @@ def test_fusion_rewards_agreement_and_keeps_dense_order_alone() -> None:
     assert fused[0][2] < 1.0 and fused[0][1] == 0.7  # relevance below the maximum; the cosine is carried along
     top = fuse([(a, 0.9)], [(a, 0.9)], TUNING)
     assert top[0][2] == 1.0
-    light = fuse(dense, [(c, 0.7), (b, 0.8)], TUNING)  # the default: the lexical list weighs a quarter
+    light = fuse(dense, [(c, 0.7), (b, 0.8)], RetrievalTuning(w_lexical=0.25))  # a light lexical weight keeps dense order
     assert [x.id for x, _, _ in light] == [b.id, c.id, a.id]
+    assert [x.id for x, _, _ in fuse(dense, [(c, 0.7), (b, 0.8)], TUNING)] == [c.id, b.id, a.id]  # the default: equal
+
+
+def test_only_bm25s_first_candidates_join_the_fusion() -> None:
+    """A shard sends at most ``lexical_candidates`` BM25 hits however large the dense pool, each with its cosine."""
+    p = MemoryPartition(DIMS, SceneTuning())
+    cells = [cell(direction(i, DIMS), content=f"zebra report number {i}") for i in range(12)]
+    p.write(cells, [uid("5") for _ in cells])
+    tuning = RetrievalTuning(lexical_candidates=3)
+    dense, lexical = p.answer(SearchRequest("t1", direction(0, DIMS), 10, NodeFilter(), tuple(terms("zebra")), tuning))
+    assert len(dense) == 10 and len(lexical) == 3
+    assert all(abs(cos - float(c.embedding @ direction(0, DIMS))) < 1e-5 for c, _, cos in lexical)
+    assert tuning.lexical_pool(2) == 2 and tuning.lexical_pool(40) == 3
 
 
 def test_partition_lexical_search_honours_filters_tombstones_and_erase() -> None:
