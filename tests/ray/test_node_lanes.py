@@ -54,7 +54,7 @@ async def test_a_lane_answers_what_ray_answers(core: Memesh) -> None:
     through_ray = await shard.handle.search_batch.remote([request])
     assert seen(through_lane) == seen(through_ray)
     (dense, lexical) = through_lane[0]  # type: ignore[misc]
-    assert len(dense) == 10 and len(lexical) == 10
+    assert len(dense) == 10 and len(lexical) == request.tuning.lexical_pool(10)  # BM25's best few join the fusion
 
 
 def fields_of(cell: Cell) -> dict[str, object]:
