@@ -160,10 +160,11 @@ class BeaconSet(BeaconReembedding):
         self.agents[node.agent_id] = node
         self._tenant(node.tenant_id).put(node.agent_id, node.vector, node.count > 0, NodeKind.AGENT, node.agent_id)
 
-    def _drop_beacon(self, beacon: Beacon) -> None:
+    def _drop_beacon(self, beacon: Beacon, remember: bool = True) -> None:  # remember: a removal, not an undone place
         self.beacons.pop(beacon.id, None)
-        self._removed.add(beacon.id, beacon.tenant_id, beacon.agent_id)
-        self._unfolded.add(beacon.id)
+        if remember:
+            self._removed.add(beacon.id, beacon.tenant_id, beacon.agent_id)
+            self._unfolded.add(beacon.id)
         nodes = self._tenant(beacon.tenant_id)
         nodes.drop(beacon.id)
         if nodes.wasteful:
@@ -227,7 +228,7 @@ class BeaconSet(BeaconReembedding):
             await self._beacon_commit.submit([(beacon.id, beacon), *((b.id, None) for b in expired)])
         except Exception:  # not acknowledged: the beacon leaves again (its id was never given out)
             if self.beacons.get(beacon.id) is beacon:
-                self._drop_beacon(beacon)
+                self._drop_beacon(beacon, remember=False)
             raise
         await self._presence.tell([beacon.tenant_id])
         return beacon
@@ -368,10 +369,9 @@ class BeaconSet(BeaconReembedding):
         """An operator's delete: the beacon is removed; False when it already was."""
         await self._ready()
         beacon = self.beacons.get(beacon_id)
-        if beacon is None:
-            return False
-        await self.remove(beacon.tenant_id, beacon.agent_id, beacon_id)
-        return True
+        if beacon is not None:
+            await self.remove(beacon.tenant_id, beacon.agent_id, beacon_id)
+        return beacon is not None
 
     # ------------------------------------------------------------------- erase
     def _doomed(self, agent_id: str | None, beacon_ids: list[str]) -> list[Beacon]:

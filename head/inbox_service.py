@@ -14,6 +14,7 @@ per agent (QuotaExceeded before the upgrade beyond any of them).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -97,6 +98,9 @@ class InboxService:
         try:
             async with self._embedder.gate.shared():  # the vector and its engine never straddle a reembed switch
                 placed = await self._place(principal, interest, now, expiry)
+        except asyncio.CancelledError:  # a timeout or a gone client: the placement may still land
+            self._usage.settle(reservation)
+            raise
         except BaseException:
             self._usage.release(reservation)
             raise

@@ -108,6 +108,9 @@ class MemoryService:
         reservation = await self._usage.reserve(principal.tenant_id, cells=len(specs), size=size)
         try:
             written = await self._write(principal, specs, projects)
+        except asyncio.CancelledError:  # a timeout or a gone client: the shards' calls run on and may land
+            self._usage.settle(reservation)  # so it stays counted (the next reading corrects it)
+            raise
         except BaseException:
             self._usage.release(reservation)
             raise

@@ -4,8 +4,8 @@ A tenant's data lives on several actors (its projects on scene shards, its
 agents' beacons on beacon sets), so a quota is checked against a ledger the
 head keeps: the tenant's usage as read from every actor (again after
 ``refresh_s``), plus what this head has reserved since. A write reserves its
-cost before it is dispatched, and either settles it (it landed) or gives it
-back (it failed). A reading taken while writes are in flight counts them too
+cost before it is dispatched, and either settles it (it landed, or was
+cancelled and may still land) or gives it back (it failed). A reading taken while writes are in flight counts them too
 (an actor may or may not hold them yet), so a refresh never forgets a write
 under way, and a failed one gives back only what was counted.
 

@@ -100,10 +100,10 @@ class MemoryPartition:
                     continue
                 scene = self._scene_for(cell, spare, outcome, joins, named)
                 cell.scene_id = scene.id
+                outcome.created.append(cell)  # before the insert: a failure in it is rolled back with the rest
                 self._insert(cell)
                 self.scene_index.update(scene)
                 outcome.cells.append(cell)
-                outcome.created.append(cell)
         except BaseException:
             self.rollback(outcome)
             raise

@@ -39,7 +39,7 @@ class NodeFilter:
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
     """One request's search of one partition: the ``k`` nearest cells of ``tenant_id`` passing ``flt``, and
-    with ``terms`` (a hybrid ranking) also the ``k`` best by BM25 of those terms."""
+    with ``terms`` (a hybrid ranking) also the best by BM25 of those terms (``tuning.lexical_pool(k)`` of them)."""
 
     tenant_id: str
     vector: Vector

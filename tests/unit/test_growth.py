@@ -161,7 +161,7 @@ async def test_a_beacon_placed_or_removed_whose_commit_fails_is_undone(make_core
     fail_once(target._beacon_commit, "submit")
     with pytest.raises(StorageUnavailable):
         await core.inbox.place_beacon(owner, "replication lag")
-    assert not target.beacons
+    assert not target.beacons and not target._removed._owner  # undone, not remembered as a removal
     placed = await core.inbox.place_beacon(owner, "replication lag")  # its agent's one place is free
     fail_once(target._beacon_commit, "submit")
     with pytest.raises(StorageUnavailable):
@@ -170,6 +170,32 @@ async def test_a_beacon_placed_or_removed_whose_commit_fails_is_undone(make_core
     assert await target._beacon_table.rows.count() == 1
     await core.inbox.remove_beacon(owner, placed.id)  # the retry removes it, row and all
     assert not target.beacons and await target._beacon_table.rows.count() == 0
+    await core.close()
+
+
+async def test_a_cancelled_write_stays_counted(make_core: Callable[..., Memesh]) -> None:
+    """A write cancelled under way (a request timeout, a gRPC deadline) gave its quota back, though on Ray the
+    shard's call runs on and may land: such writes were free until the next reading. It stays counted."""
+    core = make_core(quotas={"max_cells_per_tenant": 5})
+    writer, _ = await agent(core)
+    embedder = core.memory._embedder
+    real, entered = embedder.embed, asyncio.Event()
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await asyncio.sleep(30)
+        return await real(*args, **kwargs)
+
+    embedder.embed = slow
+    task = asyncio.create_task(core.memory.write_cells(writer, [NewCell(f"cell {n}", CellType.FACT) for n in range(4)]))
+    await asyncio.wait_for(entered.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    embedder.embed = real
+    with pytest.raises(QuotaExceeded):  # 4 counted + 2 > 5
+        await core.memory.write_cells(writer, [NewCell(f"more {n}", CellType.FACT) for n in range(2)])
+    await core.memory.write_cells(writer, [NewCell("one more", CellType.FACT)])
     await core.close()
 
 
