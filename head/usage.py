@@ -5,9 +5,10 @@ agents' beacons on beacon sets), so a quota is checked against a ledger the
 head keeps: the tenant's usage as read from every actor (again after
 ``refresh_s``), plus what this head has reserved since. A write reserves its
 cost before it is dispatched, and either settles it (it landed, or was
-cancelled and may still land) or gives it back (it failed). A reading taken while writes are in flight counts them too
-(an actor may or may not hold them yet), so a refresh never forgets a write
-under way, and a failed one gives back only what was counted.
+cancelled and may still land) or gives it back (it failed). A reading taken
+while writes are in flight counts them too (an actor may or may not hold them
+yet), so a refresh never forgets a write under way, and a failed one gives
+back only what was counted.
 
 Guarantees: with one head, a tenant never holds more than its quota (a write
 landing during a refresh may be counted twice until the next one: the safe
@@ -117,13 +118,11 @@ class UsageLedger:
 
     def settle(self, reservation: Reservation) -> None:
         """The reserved write landed: it stays counted (and the actors hold it from now on)."""
-        if any((reservation.cells, reservation.beacons, reservation.size)):
-            self._under_way(reservation, -1)
+        self._under_way(reservation, -1)
 
     def release(self, reservation: Reservation) -> None:
         """Give back a reservation whose write failed."""
-        if any((reservation.cells, reservation.beacons, reservation.size)):
-            self._under_way(reservation, -1)
+        self._under_way(reservation, -1)
         self.removed(reservation)
 
     def removed(self, amount: Reservation) -> None:
