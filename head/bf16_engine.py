@@ -17,7 +17,7 @@ a corpus records which engine made it (moving to or from it is a reembed).
 Guarantees:
 - ``encode`` returns unit-norm float32 rows of 384 dims, one per text, in order,
   computed as ``minilm-onnx`` does (``head.onnx_engine.encode_by_length``): the
-  model's own tokenizer, truncation at 256 word pieces, batches by length, mean
+  model's own tokenizer, truncation at 256 word pieces, calls of similar length, mean
   pooling over the attention mask in float32, L2 normalisation.
 - Unlike the fp32 engines, a text's vector may differ with the batch it was
   encoded in by bfloat16 rounding (the kernels oneDNN picks depend on the
@@ -38,11 +38,15 @@ import numpy as np
 import numpy.typing as npt
 
 from head.cpus import pin_torch_threads
-from head.onnx_engine import encode_by_length, model_dir, model_tokenizer, offline_hub
+from head.onnx_engine import Chunking, encode_by_length, model_dir, model_tokenizer, offline_hub
 from mesh.errors import ConfigInvalid
 
 Matrix = npt.NDArray[np.float32]
 log = logging.getLogger(__name__)
+# calls of 64 by length, as before the ONNX engine's were cut smaller: with AMX torch pays a lot a call (one text
+# 10.3 ms of CPU, 3.0 a text in batches of 64, on one thread); smaller calls were measured only on a CPU with
+# AVX512-BF16 and no AMX (16 a call: 5.2 ms a text against 6.5 in batches of 64), not where this engine is meant
+CHUNKING = Chunking(texts=64, waste=None)
 
 BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # the kernel's names for the instructions oneDNN uses
 
@@ -117,4 +121,4 @@ class MiniLMBf16Engine:
                 out: Matrix = states.float().numpy()
             return out
 
-        return encode_by_length(texts, self.dims, tokenizer, hidden)
+        return encode_by_length(texts, self.dims, tokenizer, hidden, CHUNKING)

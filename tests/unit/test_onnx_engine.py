@@ -15,7 +15,7 @@ import pytest
 
 from cluster.settings import Settings
 from head.embedding import MiniLMEngine, engine_named, make_engine
-from head.onnx_engine import MiniLMOnnxEngine, exported_model, fingerprint, model_dir
+from head.onnx_engine import Chunking, MiniLMOnnxEngine, exported_model, fingerprint, model_dir
 from mesh.errors import ConfigInvalid
 
 pytestmark = pytest.mark.slow
@@ -163,6 +163,28 @@ def test_order_is_kept_whatever_the_batching(onnx_engine: MiniLMOnnxEngine) -> N
     alone = np.stack([onnx_engine.encode([text])[0] for text in texts])
     assert cosines(together, alone).min() > 0.9999
     assert cosines(together, reversed_[::-1]).min() > 0.9999
+
+
+@pytest.mark.parametrize("chunking", [Chunking(), Chunking(texts=3, waste=0.0), Chunking(texts=64, waste=None)])
+def test_calls_cover_every_text_once_sorted_and_bounded(chunking: Chunking) -> None:
+    rng = np.random.default_rng(7)
+    for lengths in (rng.integers(3, 257, size=200), np.full(40, 12), np.array([5]), rng.integers(10, 14, size=70)):
+        calls = chunking.calls(lengths)
+        rows = np.concatenate(calls)
+        assert sorted(rows.tolist()) == list(range(len(lengths)))  # every text, once
+        assert np.all(np.diff(lengths[rows]) >= 0)  # shortest first, so a call pads to its last text
+        for call in calls:
+            assert 1 <= len(call) <= chunking.texts
+            if len(call) > 1 and chunking.waste is not None:  # a call of one text is never padded
+                assert lengths[call].max() * len(call) <= (1 + chunking.waste) * lengths[call].sum()
+    assert len(Chunking(texts=16, waste=0.1).calls(np.full(40, 12))) == 3  # equal lengths: only the count cuts
+
+
+def test_calls_of_any_chunking_give_the_same_vectors(onnx_engine: MiniLMOnnxEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = FIXED[:80]  # very different lengths
+    default = onnx_engine.encode(texts)
+    monkeypatch.setattr("head.onnx_engine.CHUNKING", Chunking(texts=64, waste=None))  # padded to the longest of 64
+    assert cosines(onnx_engine.encode(texts), default).min() > 0.99999
 
 
 @pytest.mark.parametrize("n", [1, 64, 65, 130])
