@@ -42,6 +42,7 @@ from mesh.vector_index import BoolMask
 MAX_TERMS = 2_048  # terms indexed per text (a cell is at most limits.max_text_chars)
 MAX_QUERY_TERMS = 64  # distinct terms a query scores with: each costs a pass over its postings
 POSTINGS_PER_PASS = 1 << 18  # postings scored in one numpy pass: bounds a query's working memory (tens of MB)
+KEPT_POSTINGS = 1 << 20  # postings whose gains an index keeps across queries (8 bytes each): at most 8 MB a tenant
 MAX_WORD = 64  # characters of a word that count: longer words are cut (no stemmer shortens them anyway)
 _WORD = re.compile(r"[^\W_]+")
 
@@ -130,12 +131,16 @@ class _Statistics:
     """What a query's BM25 needs besides its terms' postings, for one state of the index and one set of live
     rows: per project the live document count, per row its length norm ``k1 * (1 - b + b * length / average
     length of its project's live rows)``. ``key`` is (index generation, rows, k1, b); ``live`` the packed
-    live flags it was computed over."""
+    live flags it was computed over. ``gains`` keeps, per term a query asked for, its postings' rows and
+    BM25 gains at weight 1 (0 for a row not live), so the next query with the term only gathers them: they
+    depend on nothing but what ``key`` and ``live`` cover, and go with them."""
 
     key: tuple[int, int, float, float]
     live: bytes
     docs: npt.NDArray[np.float64]
     norm: npt.NDArray[np.float32]
+    gains: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = field(default_factory=dict)
+    kept: list[int] = field(default_factory=lambda: [0])  # postings held in ``gains``
 
 
 class LexicalIndex:
@@ -206,16 +211,16 @@ class LexicalIndex:
         total = np.zeros(n, dtype=np.float32)
         if n == 0 or not query:
             return total
-        found = [(weight, postings) for term, weight in Counter(query).items() if (postings := self._postings.get(term))]
+        found = [(weight, term, postings) for term, weight in Counter(query).items() if (postings := self._postings.get(term))]
         if not found:
             return total
         live_rows = live & self._indexed[:n]
         statistics = self._statistics_of(live_rows, k1, b)
         summed = np.zeros(n, dtype=np.float64)
-        chunk: list[tuple[int, _Postings]] = []
+        chunk: list[tuple[int, str, _Postings]] = []
         size = 0
-        for weight, postings in found:  # in the query's order, a bounded number of postings at a time
-            chunk.append((weight, postings))
+        for weight, term, postings in found:  # in the query's order, a bounded number of postings at a time
+            chunk.append((weight, term, postings))
             size += len(postings.rows)
             if size >= POSTINGS_PER_PASS:
                 summed += self._gains(chunk, live_rows, allowed, statistics, k1)
@@ -242,35 +247,52 @@ class LexicalIndex:
 
     def _gains(
         self,
-        found: list[tuple[int, _Postings]],
+        found: list[tuple[int, str, _Postings]],
         live_rows: BoolMask,
         allowed: BoolMask,
         statistics: _Statistics,
         k1: float,
     ) -> npt.NDArray[np.float64]:
-        """Each row's BM25 over the terms of ``found`` (weight, postings), in one pass over their postings (a
-        handful of numpy calls, not a dozen a term): each posting's term, row and count, then per (term,
-        project) the document frequency and idf, then the gains summed per row in the terms' order."""
+        """Each row's BM25 over the terms of ``found`` (weight, term, postings): every term's gains at weight 1
+        (kept in ``statistics`` from an earlier query, else computed and kept while there is room), times the
+        term's weight, summed per row in the terms' order over the rows ``allowed``."""
         n = live_rows.shape[0]
-        width = statistics.docs.shape[0]
-        rows = np.concatenate([np.frombuffer(p.rows, dtype=np.int32) for _, p in found])
-        counts = np.concatenate([np.frombuffer(p.counts, dtype=np.int32) for _, p in found])
-        term = np.repeat(np.arange(len(found), dtype=np.int32), [len(p.rows) for _, p in found])
-        if rows.size and int(rows.max()) >= n:  # rows beyond those asked about (a shorter mask) take no part
-            inside = rows < n
-            rows, counts, term = rows[inside], counts[inside], term[inside]
-        alive = live_rows[rows]
-        cell = term if width == 1 else term * np.int32(width) + self._project[rows]  # (term, project) of each posting
-        frequency = np.bincount(cell, weights=alive, minlength=len(found) * width).reshape(len(found), width)
-        idf = np.log1p((statistics.docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
-        chosen = allowed[rows] & alive
-        if not chosen.all():
-            rows, counts, term, cell = rows[chosen], counts[chosen], term[chosen], cell[chosen]
-        weights = np.array([weight for weight, _ in found], dtype=np.float32)
-        tf = counts.astype(np.float32)
-        gain = weights[term] * idf.ravel()[cell] * tf * (k1 + 1.0) / (tf + statistics.norm[rows])
-        summed = np.bincount(rows, weights=gain, minlength=n)[:n].astype(np.float64, copy=False)
+        rows_of, gains_of = [], []
+        for weight, term, postings in found:
+            rows, gains = statistics.gains.get(term) or self._term_gains(term, postings, live_rows, statistics, k1)
+            rows_of.append(rows)
+            gains_of.append(gains if weight == 1 else gains * np.float32(weight))
+        rows, gains = np.concatenate(rows_of), np.concatenate(gains_of)
+        if not allowed.all():
+            gains = gains * allowed[rows]
+        summed = np.bincount(rows, weights=gains, minlength=n)[:n].astype(np.float64, copy=False)
         return summed
+
+    def _term_gains(
+        self, term: str, postings: _Postings, live_rows: BoolMask, statistics: _Statistics, k1: float
+    ) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]:
+        """One term's postings below the statistics' rows, and each one's gain at weight 1: the idf of the
+        term in the row's project (document frequency over live rows) times the saturated term frequency, 0
+        for a row not live. Kept in ``statistics`` while it holds fewer than ``KEPT_POSTINGS`` postings.
+        The rows are copied: a view would pin the postings' buffer, which a later ``add`` must grow."""
+        n = live_rows.shape[0]
+        rows = np.frombuffer(postings.rows, dtype=np.int32).copy()
+        counts = np.frombuffer(postings.counts, dtype=np.int32)
+        inside = rows < n  # rows beyond those asked about (a shorter mask) take no part
+        if not inside.all():
+            rows, counts = rows[inside], counts[inside]
+        alive = live_rows[rows]
+        projects = self._project[rows]
+        width = statistics.docs.shape[0]
+        frequency = np.bincount(projects, weights=alive, minlength=width)
+        idf = np.log1p((statistics.docs - frequency + 0.5) / (frequency + 0.5)).astype(np.float32)
+        tf = counts.astype(np.float32)
+        gains = idf[projects] * tf * (k1 + 1.0) / (tf + statistics.norm[rows])
+        gains = np.where(alive, gains, np.float32(0)).astype(np.float32, copy=False)
+        if statistics.kept[0] + rows.size <= KEPT_POSTINGS:
+            statistics.gains[term] = (rows, gains)
+            statistics.kept[0] += rows.size
+        return rows, gains
 
     def _grow(self, row: int) -> None:
         size = self._indexed.shape[0]

@@ -144,6 +144,32 @@ def test_kept_statistics_never_outlive_what_they_were_computed_from() -> None:
     assert np.array_equal(index.scores(query, gone, gone), again.scores(query, gone, gone))
 
 
+@pytest.mark.parametrize("kept", [lexical.KEPT_POSTINGS, 3, 0])
+def test_kept_gains_score_as_computed_ones_whatever_the_filter_or_weight(monkeypatch: pytest.MonkeyPatch, kept: int) -> None:
+    """Gains kept from one query serve the next (another filter, a repeated term, fewer or more terms) exactly as
+    computed afresh; while kept they never stop a write from growing the postings; a full store keeps no more."""
+    monkeypatch.setattr(lexical, "KEPT_POSTINGS", kept)
+    texts = ["plan the zebra budget plan", "plan b", "zebra crossing plan", "budget review", "the plan for plans", "zebra"]
+
+    def fresh(rows: list[int]) -> LexicalIndex:
+        built = LexicalIndex()
+        for row in rows:
+            built.add(row, row % 2, texts[row])
+        return built
+
+    index = fresh([0, 1, 2, 3, 4])
+    live = np.array([True, True, True, False, True])
+    some = np.array([True, False, True, False, True])
+    for query in (terms("plan zebra"), terms("zebra plan plan budget"), terms("plan"), terms("budget zebra")):
+        for allowed in (live, some, live & ~some):
+            assert np.array_equal(index.scores(query, live, allowed), fresh([0, 1, 2, 3, 4]).scores(query, live, allowed))
+    index.add(5, 1, texts[5])  # a term whose gains are kept gets a posting more
+    live = np.ones(6, dtype=np.bool_)
+    query = terms("zebra plan")
+    assert np.array_equal(index.scores(query, live, live), fresh([0, 1, 2, 3, 4, 5]).scores(query, live, live))
+    assert index.scores(query, live, live)[5] > 0
+
+
 def test_fusion_rewards_agreement_and_keeps_dense_order_alone() -> None:
     a, b, c = (cell(direction(i, DIMS)) for i in range(3))
     dense = [(a, 0.9), (b, 0.8), (c, 0.7)]
