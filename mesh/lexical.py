@@ -126,7 +126,7 @@ class _Postings:
     counts: array[int] = field(default_factory=lambda: array("i"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Statistics:
     """What a query's BM25 needs besides its terms' postings, for one state of the index and one set of live
     rows: per project the live document count, per row its length norm ``k1 * (1 - b + b * length / average
@@ -140,7 +140,7 @@ class _Statistics:
     docs: npt.NDArray[np.float64]
     norm: npt.NDArray[np.float32]
     gains: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[np.float32]]] = field(default_factory=dict)
-    kept: list[int] = field(default_factory=lambda: [0])  # postings held in ``gains``
+    kept: int = 0  # postings held in ``gains``
 
 
 class LexicalIndex:
@@ -289,9 +289,9 @@ class LexicalIndex:
         tf = counts.astype(np.float32)
         gains = idf[projects] * tf * (k1 + 1.0) / (tf + statistics.norm[rows])
         gains = np.where(alive, gains, np.float32(0)).astype(np.float32, copy=False)
-        if statistics.kept[0] + rows.size <= KEPT_POSTINGS:
+        if statistics.kept + rows.size <= KEPT_POSTINGS:
             statistics.gains[term] = (rows, gains)
-            statistics.kept[0] += rows.size
+            statistics.kept += rows.size
         return rows, gains
 
     def _grow(self, row: int) -> None:
