@@ -27,9 +27,7 @@ import asyncio
 import json
 import time
 
-import httpx
-
-from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, Stats, banner, cpu_line
+from bench.common import JSON_HEADERS, LoadClient, MemeshServer, Report, SentenceGen, Stats, banner, cpu_line
 from bench.concurrency import concurrent_recalls
 from bench.writes import BATCH
 
@@ -39,14 +37,14 @@ PROJECTS = [f"burst-{n}" for n in range(7)]
 INTERESTS = ["replication lag on the primary", "certificate expiry", "queue consumer stalls", "disk pressure on nodes"]
 
 
-async def backlog(client: httpx.AsyncClient) -> float:
+async def backlog(client: LoadClient) -> float:
     text = (await client.get("/metrics")).text
     found = [line for line in text.splitlines() if line.startswith("memesh_walk_backlog ")]
     return float(found[0].split()[1]) if found else 0.0
 
 
 async def load_corpus(server: MemeshServer, key: str, gen: SentenceGen, cells: int) -> None:
-    async with server.async_client(key, 4) as client:
+    async with server.load_client(key, 4) as client:
         for start in range(0, cells, BATCH):
             body = {"cells": [gen.cell(t, PROJECTS[(start // BATCH) % len(PROJECTS)]) for t in gen.many(BATCH)]}
             response = await client.post("/v1/cells:batch", content=json.dumps(body), headers=JSON_HEADERS)
@@ -66,7 +64,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
     writing.set()
     questions = gen.many(2000)
 
-    async def writer(client: httpx.AsyncClient, n: int) -> None:
+    async def writer(client: LoadClient, n: int) -> None:
         nonlocal written, refused
         while writing.is_set():
             body = {"cells": [gen.cell(t, PROJECTS[(n + written) % len(PROJECTS)]) for t in gen.many(BATCH)]}
@@ -78,7 +76,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
             response.raise_for_status()
             written += BATCH
 
-    async def reader(client: httpx.AsyncClient, done: asyncio.Event) -> None:
+    async def reader(client: LoadClient, done: asyncio.Event) -> None:
         i = 0
         while not done.is_set():
             t0 = time.perf_counter()
@@ -89,7 +87,7 @@ async def burst(server: MemeshServer, key: str, gen: SentenceGen, writers: int, 
             response.raise_for_status()
             i += 1
 
-    async with server.async_client(key, writers + 2) as client:
+    async with server.load_client(key, writers + 2) as client:
         done = asyncio.Event()
         read = asyncio.create_task(reader(client, done))
         started, at_start = time.perf_counter(), server.cpu()

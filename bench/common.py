@@ -26,6 +26,10 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.http_clients import AiohttpClient, StdlibClient
+
+LoadClient = AiohttpClient | httpx.AsyncClient  # concurrent load: aiohttp, or httpx to compare (bench.http_clients)
+
 REPO = Path(__file__).resolve().parent.parent
 MEMESH = Path(sys.executable).parent / "memesh"
 JSON_HEADERS = {"content-type": "application/json"}
@@ -226,6 +230,17 @@ class MemeshServer:
         return httpx.AsyncClient(
             base_url=self.base_url, headers={"x-service-key": key}, timeout=timeout_s, limits=limits, trust_env=False
         )
+
+    def lean_client(self, key: str, timeout_s: float = 120.0) -> StdlibClient:
+        """A keep-alive ``http.client`` connection carrying ``key``: what times lone requests (``bench.http_clients``)."""
+        return StdlibClient("127.0.0.1", self.port, {"x-service-key": key}, timeout_s)
+
+    def load_client(self, key: str, connections: int, kind: str = "lean", timeout_s: float = 120.0) -> LoadClient:
+        """Concurrent load carrying ``key`` on ``connections`` keep-alive connections: aiohttp (``lean``), or
+        ``httpx`` to hold a figure against runs before the lean clients (``bench.http_clients``)."""
+        if kind == "httpx":
+            return self.async_client(key, connections, timeout_s)
+        return AiohttpClient(self.base_url, {"x-service-key": key}, connections, timeout_s)
 
     def cpu(self) -> CpuSnapshot:
         return CpuSnapshot.of(self.proc.pid if self.proc else None)

@@ -20,10 +20,14 @@ changes so each later step can be held against it:
 - for each run, the server's CPU per request by process role (head, scene
   shards, ...), to say where the time goes.
 
+The clients are aiohttp's (``bench.http_clients``): they share the server's two cores, and ``httpx``'s
+own CPU (about 1 ms a request, four times aiohttp's) was counted against the server until 2026-12-04;
+``--client httpx`` runs them as before.
+
 With ``--profile DIR``, the head process is sampled with py-spy (``record``,
 speedscope format) during the 8-client recall run and the 8-client write run.
 
-Run: ``.venv/bin/python -m bench.concurrency [--cells 2000] [--requests 400] [--profile DIR]``.
+Run: ``.venv/bin/python -m bench.concurrency [--cells 2000] [--requests 400] [--profile DIR] [--client lean|httpx]``.
 """
 
 from __future__ import annotations
@@ -38,9 +42,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
-
-from bench.common import JSON_HEADERS, MemeshServer, Report, SentenceGen, banner, cpu_line, loadavg, percentile
+from bench.common import JSON_HEADERS, LoadClient, MemeshServer, Report, SentenceGen, banner, cpu_line, loadavg, percentile
+from bench.http_clients import CLIENTS as CLIENT_KINDS
 from bench.writes import BATCH, QUICK, Run, concurrent_writes, model_rate
 
 SEED = 1212
@@ -49,16 +52,17 @@ CLIENTS = (1, 8, 32)
 
 
 async def concurrent_recalls(
-    server: MemeshServer, key: str, questions: list[str], clients: int, ranking: str | None = None
+    server: MemeshServer, key: str, questions: list[str], clients: int, ranking: str | None = None, client_kind: str = "lean"
 ) -> Run:
-    """Every question once, from ``clients`` loops on keep-alive connections (``ranking`` sent when given)."""
+    """Every question once, from ``clients`` loops on keep-alive connections (``ranking`` sent when given;
+    ``client_kind`` as ``MemeshServer.load_client``)."""
     body_extra = {} if ranking is None else {"ranking": ranking}
     queue: asyncio.Queue[str] = asyncio.Queue()
     for text in questions:
         queue.put_nowait(text)
     latencies: list[float] = []
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: LoadClient) -> None:
         while True:
             try:
                 text = queue.get_nowait()
@@ -70,7 +74,7 @@ async def concurrent_recalls(
             if response.status_code != 200:
                 raise RuntimeError(f"recall answered {response.status_code}: {response.text[:300]}")
 
-    async with server.async_client(key, clients) as client:
+    async with server.load_client(key, clients, client_kind) as client:
         await asyncio.gather(*(client.get("/healthz") for _ in range(clients)))  # connections open before the clock
         started = time.perf_counter()
         await asyncio.wait_for(asyncio.gather(*(worker(client) for _ in range(clients))), timeout=1800)
@@ -111,6 +115,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     )
     parser.add_argument("--rankings", default="hybrid,dense", help="recall rankings to run, in order (comma-separated)")
     parser.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server (repeatable)")
+    parser.add_argument("--client", default="lean", choices=CLIENT_KINDS, help="the load's HTTP client (bench.http_clients)")
     args = parser.parse_args(argv)
     env = {"MEMESH_SERVER__HEALTH_CACHE_S": "0.05", **dict(item.split("=", 1) for item in args.env)}
     rankings = [r for r in args.rankings.split(",") if r]
@@ -118,7 +123,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
 
     banner(
         f"recall and single writes under concurrency ({args.engine}, {args.cells} cells, {args.requests} requests a run, "
-        f"recall rankings {rankings}, server env {env})"
+        f"recall rankings {rankings}, server env {env}, {args.client} clients)"
     )
     own, report = report is None, report or Report()
     gen = SentenceGen(SEED)
@@ -138,7 +143,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
             for clients in CLIENTS:
                 snap, load = server.cpu(), loadavg()
                 with profiled(server, args.profile if clients == 8 else None, f"recall-{ranking}-8"):
-                    recall = asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), clients, ranking))
+                    recall = asyncio.run(concurrent_recalls(server, key, gen.many(args.requests), clients, ranking, args.client))
                 print(f"    {ranking}: {cpu_line(server.cpu().since(snap), args.requests)}; load {load:.1f}", flush=True)
                 p50, p99 = (percentile(recall.latencies, p) * 1000 for p in (50, 99))
                 name = f"recall {ranking}, {clients} clients"
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
         for clients in CLIENTS:
             snap, walks_before = server.cpu(), server.walks_decided()
             with profiled(server, args.profile if clients == 8 else None, "write-8"):
-                written = asyncio.run(concurrent_writes(server, key, gen, clients, args.requests, 1))
+                written = asyncio.run(concurrent_writes(server, key, gen, clients, args.requests, 1, args.client))
             acked = server.cpu()
             drain_s, drained = server.wait_walked(walks_before + written.cells, 600.0)
             server.settle(600.0)  # quiet again before the next run (commits behind, access times); not timed

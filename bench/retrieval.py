@@ -8,8 +8,10 @@ turn (interleaved, so machine noise falls on all of them alike):
   an exact numpy search over the same vectors (``X @ q``, ``argpartition``
   top-k, sort of the k);
 - ``POST /v1/query`` and ``POST /v1/recall`` (k=10), sequential, one
-  keep-alive connection; the clock stops when the response body has arrived
-  (JSON decoding on the client is not timed);
+  keep-alive connection of the standard library's ``http.client``
+  (``bench.http_clients``: ``httpx`` added about 0.8 ms of its own to each
+  request until 2026-12-04; ``--client httpx`` times with it); the clock stops
+  when the response body has arrived (JSON decoding on the client is not timed);
 - every few queries, a LanceDB brute-force search of the same vectors plus the
   embedding (the floor as DESIGN.md section 9 words it), for reference.
 
@@ -57,6 +59,7 @@ from bench.common import (
     machine_info,
     normalize_rows,
 )
+from bench.http_clients import CLIENTS, Answer, StdlibClient
 
 CORPUS_SEED = 7
 QUERY_SEED = 1234
@@ -157,7 +160,7 @@ def exact_top(matrix: np.ndarray, vector: np.ndarray, k: int) -> np.ndarray:
 
 
 def measure(
-    client: httpx.Client,
+    client: httpx.Client | StdlibClient,
     engine: Any,
     matrix: np.ndarray,
     row_of: dict[str, int],
@@ -216,7 +219,7 @@ def measure(
     return s
 
 
-def _post(client: httpx.Client, path: str, text: str) -> tuple[float, httpx.Response]:
+def _post(client: httpx.Client | StdlibClient, path: str, text: str) -> tuple[float, httpx.Response | Answer]:
     body = json.dumps({"text": text, "k": K})
     t0 = time.perf_counter()
     response = client.post(path, content=body, headers=JSON_HEADERS)
@@ -239,7 +242,7 @@ def lance_reference(matrix: np.ndarray, directory: Path) -> Any:
 
 
 # ---------------------------------------------------------------------- run
-def run_engine(engine_name: str, plan: Plan, report: Report, lance: bool, default_walks: bool) -> None:
+def run_engine(engine_name: str, plan: Plan, report: Report, lance: bool, default_walks: bool, client_kind: str = "lean") -> None:
     from head.embedding import make_engine
 
     banner(f"retrieval, engine={engine_name}, sizes={list(plan.sizes)}, k={K}")
@@ -265,7 +268,8 @@ def run_engine(engine_name: str, plan: Plan, report: Report, lance: bool, defaul
         print(f"    server up in {server.startup_s:.1f} s (pid {server.proc.pid if server.proc else '?'}); env {env}", flush=True)
         key = server.issue_key(name=f"bench-retrieval-{engine_name}")
         loaded = 0
-        with server.client(key) as client, tempfile.TemporaryDirectory(prefix="memesh-bench-lance-") as lance_dir:
+        timer = server.client(key) if client_kind == "httpx" else server.lean_client(key)  # times the requests
+        with server.client(key) as client, timer, tempfile.TemporaryDirectory(prefix="memesh-bench-lance-") as lance_dir:
             for size in plan.sizes:
                 tag = f"{engine_name} @ {size // 1000}k"
                 before = server.cpu()
@@ -282,7 +286,7 @@ def run_engine(engine_name: str, plan: Plan, report: Report, lance: bool, defaul
                 table = lance_reference(matrix[:size], Path(lance_dir) / tag.replace(" ", "")) if lance else None
                 load_before = loadavg()
                 before = server.cpu()
-                s = measure(client, engine, matrix[:size], row_of, queries, plan, table)
+                s = measure(timer, engine, matrix[:size], row_of, queries, plan, table)
                 delta = server.cpu().since(before)
                 report.info[f"{tag} loadavg"] = [load_before, loadavg()]
                 report.info[f"{tag} server cpu"] = cpu_line(delta, 2 * (len(s.query) + plan.warmup))
@@ -338,6 +342,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
         help="keep the default energy walk (~80 walks/s here: 100k loaded cells then take ~20 min to drain)",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument("--client", default="lean", choices=CLIENTS, help="what times the requests (bench.http_clients)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.sizes:
@@ -346,7 +351,7 @@ def main(argv: list[str] | None = None, report: Report | None = None) -> Report:
     report = report or Report(info={"machine": machine_info()})
     started = time.perf_counter()
     for name in [e.strip() for e in args.engines.split(",") if e.strip()]:
-        run_engine(name, plan, report, lance=not args.no_lance, default_walks=args.default_walks)
+        run_engine(name, plan, report, lance=not args.no_lance, default_walks=args.default_walks, client_kind=args.client)
     report.info["retrieval_wall_s"] = round(time.perf_counter() - started, 1)
     if own:
         banner("retrieval figures")

@@ -3,7 +3,7 @@
 One server (``--engine``, ``minilm`` unless given); the server embeds every text (no caller vectors). Modes:
 
 - single, 1 client: sequential ``POST /v1/cells`` on one keep-alive connection;
-- single, 16 clients: 16 concurrent ``POST /v1/cells`` loops (asyncio + httpx),
+- single, 16 clients: 16 concurrent ``POST /v1/cells`` loops (asyncio + aiohttp: `bench.http_clients`),
   so the server's micro-batching embedder can gather texts into one encode;
 - batched, 1 client and 4 clients: ``POST /v1/cells:batch`` with 64 cells each.
 
@@ -37,6 +37,7 @@ import httpx
 
 from bench.common import (
     JSON_HEADERS,
+    LoadClient,
     MemeshServer,
     Report,
     SentenceGen,
@@ -46,6 +47,7 @@ from bench.common import (
     loadavg,
     machine_info,
 )
+from bench.http_clients import Answer
 
 SEED = 4242
 PROJECT = "bench-writes"
@@ -121,15 +123,18 @@ class Run:
         return self.cells / self.seconds
 
 
-def _check(response: httpx.Response, expected: int) -> None:
+def _check(response: httpx.Response | Answer, expected: int) -> None:
     if response.status_code != 201:
         raise RuntimeError(f"write answered {response.status_code}: {response.text[:300]}")
     if expected > 1 and len(response.json()) != expected:
         raise RuntimeError("batch answer has the wrong number of nodes")
 
 
-async def concurrent_writes(server: MemeshServer, key: str, gen: SentenceGen, clients: int, requests: int, batch: int) -> Run:
-    """``requests`` writes of ``batch`` cells each (``batch == 1``: ``POST /v1/cells``), from ``clients`` loops."""
+async def concurrent_writes(
+    server: MemeshServer, key: str, gen: SentenceGen, clients: int, requests: int, batch: int, client_kind: str = "lean"
+) -> Run:
+    """``requests`` writes of ``batch`` cells each (``batch == 1``: ``POST /v1/cells``), from ``clients`` loops
+    (``client_kind`` as ``MemeshServer.load_client``)."""
     path = "/v1/cells" if batch == 1 else "/v1/cells:batch"
     bodies = []
     for _ in range(requests):
@@ -140,7 +145,7 @@ async def concurrent_writes(server: MemeshServer, key: str, gen: SentenceGen, cl
         queue.put_nowait(body)
     latencies: list[float] = []
 
-    async def worker(client: httpx.AsyncClient) -> None:
+    async def worker(client: LoadClient) -> None:
         while True:
             try:
                 body = queue.get_nowait()
@@ -151,7 +156,7 @@ async def concurrent_writes(server: MemeshServer, key: str, gen: SentenceGen, cl
             latencies.append(time.perf_counter() - t0)
             _check(response, batch)
 
-    async with server.async_client(key, clients) as client:
+    async with server.load_client(key, clients, client_kind) as client:
         # open the connections before the clock starts
         await asyncio.gather(*(client.get("/healthz") for _ in range(clients)))
         started = time.perf_counter()
@@ -163,7 +168,7 @@ async def concurrent_writes(server: MemeshServer, key: str, gen: SentenceGen, cl
 def sequential_writes(server: MemeshServer, key: str, gen: SentenceGen, requests: int, batch: int, warmup: int) -> Run:
     path = "/v1/cells" if batch == 1 else "/v1/cells:batch"
     latencies: list[float] = []
-    with server.client(key) as client:
+    with server.lean_client(key) as client:
         total = 0.0
         for i in range(warmup + requests):
             cells = [gen.cell(text, PROJECT) for text in gen.many(batch)]
