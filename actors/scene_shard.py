@@ -112,9 +112,10 @@ class SceneShard(SceneReembedding):
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
         self._reads = ReadYield(config.read_yield_s, config.read_window_s)  # walks yield to reads
-        # Access times: a long window, so their upserts stay off the write path.
+        # Access times: a long window, so their upserts (whole rows) stay off the write path and a hot cell's
+        # many recalls cost one row a window.
         self._touch_commit: GroupCommitter[Record] = GroupCommitter(
-            self._flush, config.storage.soft_commit_window_s, 100_000, self._commit_timing
+            self._flush, config.storage.access_commit_window_s, 100_000, self._commit_timing
         )
 
     async def close(self) -> None:

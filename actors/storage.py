@@ -53,9 +53,12 @@ class StorageConfig:
     uri: str
     options: dict[str, str] = field(default_factory=dict)  # LanceDB storage options, e.g. an S3 endpoint
     commit_window_s: float = 0.002
-    # Soft state (agent nodes, walk marks, recall's access times, inbox trims) is committed at most this often:
-    # nobody waits for it, and a crash loses at most this much of it, never an acknowledged write.
+    # Soft state (agent nodes, walk marks, inbox trims) is committed at most this often: nobody waits for it,
+    # and a crash loses at most this much of it, never an acknowledged write.
     soft_commit_window_s: float = 1.0
+    # Recall's access times, the same way but longer: each of their commits rewrites the touched cells' whole
+    # rows (vectors included), so a hot cell recalled many times in the window costs one row.
+    access_commit_window_s: float = 10.0
     optimize_every: int = 64
     cache_mb: int = 32
     fsync: bool = False

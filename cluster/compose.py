@@ -63,6 +63,7 @@ def storage_config(settings: Settings) -> StorageConfig:
         options=dict(storage.options),
         commit_window_s=storage.commit_window_ms / 1000.0,
         soft_commit_window_s=storage.soft_commit_window_ms / 1000.0,
+        access_commit_window_s=storage.access_commit_window_ms / 1000.0,
         optimize_every=storage.optimize_every,
         cache_mb=storage.cache_mb,
         fsync=storage.fsync,

@@ -29,7 +29,8 @@ class StorageSettings(Section):
     uri: str | None = None  # any URI LanceDB accepts; default <data_dir>/lance
     options: dict[str, str] = Field(default_factory=dict)  # LanceDB storage options (endpoint, region, ...)
     commit_window_ms: float = Field(2.0, ge=0)
-    soft_commit_window_ms: float = Field(1000.0, ge=0, le=60_000)  # soft state: agent nodes, walk marks, touches, trims
+    soft_commit_window_ms: float = Field(1000.0, ge=0, le=60_000)  # soft state: agent nodes, walk marks, trims
+    access_commit_window_ms: float = Field(10_000.0, ge=0, le=600_000)  # recall's access times (soft state too)
     commit_max_rows: int = Field(1024, ge=1)
     optimize_every: int = Field(64, ge=1)
     cache_mb: int = Field(32, ge=1, le=65_536)  # per actor: LanceDB's index and metadata caches
