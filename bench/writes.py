@@ -84,17 +84,22 @@ class ModelRate:
 IDLE_S = 0.02  # about the gap a lone client's write leaves between two encodes (HTTP, the shard's write, the answer)
 
 
+def batched_rate(engine: Any, gen: SentenceGen, batches: int) -> float:
+    """Texts a second through ``engine.encode`` in ``batches`` back-to-back batches of 64 fresh sentences."""
+    texts = gen.many(batches * BATCH)
+    started = time.perf_counter()
+    for i in range(batches):
+        engine.encode(texts[i * BATCH : (i + 1) * BATCH])
+    return len(texts) / (time.perf_counter() - started)
+
+
 def model_rate(engine: Any, gen: SentenceGen, plan: Plan) -> ModelRate:
     """The engine's rate in batches of 64, one text at a time back to back (one encode), and one text after
     ``IDLE_S`` with the model idle: on this machine the last is 1.2 to 1.3x one encode, on one thread as on
     two (its threads and caches gone cold), and is where a lone request's encode starts."""
     for _ in range(3):  # warm-up: the first batches of new shapes are slow
         engine.encode(gen.many(BATCH))
-    texts = gen.many(plan.model_batches * BATCH)
-    started = time.perf_counter()
-    for i in range(plan.model_batches):
-        engine.encode(texts[i * BATCH : (i + 1) * BATCH])
-    batched = len(texts) / (time.perf_counter() - started)
+    batched = batched_rate(engine, gen, plan.model_batches)
     singles = gen.many(plan.model_singles)
     times = []
     for text in singles:
