@@ -49,7 +49,7 @@ from mesh.layout import table_prefix
 from mesh.model import Cell, Scene, Vector, WriterSums, writer_sums
 from mesh.neighbours import neighbour_scene_parts
 from mesh.partition import MemoryPartition
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest, Touched
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
 from mesh.walk import NeighbourRequest
@@ -112,8 +112,7 @@ class SceneShard(SceneReembedding):
         self._switching = False  # between persist_staged and apply_staged / revert_staged
         self._ids = IdSource(lambda: datetime.now(UTC), os.urandom)
         self._reads = ReadYield(config.read_yield_s, config.read_window_s)  # walks yield to reads
-        # Access times: a long window, so their upserts (whole rows) stay off the write path and a hot cell's
-        # many recalls cost one row a window.
+        # Access times: a long window, so their upserts (whole rows) stay off the write path, a hot cell's once.
         self._touch_commit: GroupCommitter[Record] = GroupCommitter(
             self._flush, config.storage.access_commit_window_s, 100_000, self._commit_timing
         )
@@ -136,9 +135,8 @@ class SceneShard(SceneReembedding):
         await self._touch_commit.flush()
 
     async def _all_committed(self, purge: bool = False) -> None:
-        """Every write acknowledged so far is in the tables, the journaled ones too (the barrier before rows
-        are read or removed directly); raises StorageUnavailable when a commit fails (``purge``: or while a
-        damaged journal segment may hold rows)."""
+        """Every acknowledged write is in the tables, journaled ones too (the barrier before rows are read or removed
+        directly); raises StorageUnavailable when a commit fails (``purge``: or a damaged journal segment may hold rows)."""
         await self._commit.flush()
         if self._behind is not None:
             await self._behind.settle(purge)
@@ -155,9 +153,8 @@ class SceneShard(SceneReembedding):
         await self._touch_commit.flush()
 
     async def retire(self) -> None:
-        """Stop walking and commit everything pending: an online resize replaces this shard. Walks not
-        started are left to the partitions' next owners, which replay every unmarked cell when they load
-        (as after a crash); only the batch under way finishes."""
+        """Stop walking and commit everything pending: an online resize replaces this shard. Walks not started are
+        left to the partitions' next owners, which replay every unmarked cell on load; only the batch under way ends."""
         dropped = self._walks.drop_queued()
         if dropped:
             log.info("retiring with %d walks left to replay", dropped)
@@ -290,8 +287,10 @@ class SceneShard(SceneReembedding):
             parts.append(answer)
         return PackedAnswers.joined(parts)
 
-    async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
-        """Each request's answer, in order, as if asked alone (a refusal is returned in its place)."""
+    async def search_batch(self, requests: list[SearchRequest], seen: Touched | None = None) -> list[SearchAnswer | MemeshError]:
+        """Each request's answer, in order, as if asked alone (a refusal in its place), after ``seen``'s access times."""
+        if seen is not None:
+            await self.touch(*seen)
         partition = await self._ready()
         answers: list[SearchAnswer | MemeshError] = []
         for request in requests:

@@ -56,9 +56,7 @@ class StorageConfig:
     # Soft state (agent nodes, walk marks, inbox trims) is committed at most this often: nobody waits for it,
     # and a crash loses at most this much of it, never an acknowledged write.
     soft_commit_window_s: float = 1.0
-    # Recall's access times, the same way but longer: each of their commits rewrites the touched cells' whole
-    # rows (vectors included), so a hot cell recalled many times in the window costs one row.
-    access_commit_window_s: float = 10.0
+    access_commit_window_s: float = 10.0  # recall's access times: whole rows a commit, so a hot cell's once a window
     optimize_every: int = 64
     cache_mb: int = 32
     fsync: bool = False

@@ -4,17 +4,20 @@ Guarantees:
 - :meth:`AccessTimes.record` never waits and never fails the recall that
   calls it; a failed send is logged and dropped (access times are soft state,
   as the scene shard's ``touch`` says).
-- Adaptive, with no added delay when alone: a shard with no touch in flight
-  gets its ids in a call started at once (what a lone recall did before);
-  ids recorded while a shard's call is in flight wait for it and then go
-  together in the next call. So at most one touch call per shard is in flight,
-  and under N concurrent recalls a shard gets about one call per round trip
-  instead of N.
+- They ride on the shard's next search: :meth:`AccessTimes.take` hands what
+  waits for a shard to the search call about to go there (the shard records
+  them before it answers, so a query or recall after a recall sees its access
+  times, as it did when each recall sent its own call). What no search takes
+  within ``linger_s`` goes in a ``touch`` call of its own; at most one touch
+  call per shard is in flight, and ids recorded meanwhile wait for the next.
+  So a lone client's recalls cost no call of their own, and N concurrent
+  recalls a few calls a second instead of N.
 - A batch carries the latest time recorded into it for every id it holds (at
-  most one round trip later than the recall that named the id).
+  most ``linger_s`` and a round trip later than the recall that named the id).
 - Bounded: at most ``max_pending`` ids wait per shard; ids past that are
   dropped with a warning (soft state).
-- :meth:`AccessTimes.close` waits (bounded) for what is in flight and pending.
+- :meth:`AccessTimes.close` sends what waits at once and waits (bounded) for
+  what is in flight.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from mesh.errors import MemeshError
+from mesh.query import Touched
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +37,23 @@ Send = Callable[[int, list[str], datetime], Awaitable[None]]
 
 
 class AccessTimes:
-    def __init__(self, send: Send, max_pending: int = 10_000) -> None:
+    def __init__(self, send: Send, max_pending: int = 10_000, linger_s: float = 0.2) -> None:
         self._send = send
         self._max_pending = max_pending
+        self._linger_s = linger_s
         self._pending: dict[int, tuple[dict[str, None], datetime]] = {}
         self._running: dict[int, asyncio.Task[None]] = {}
+        self._closing = asyncio.Event()
         self.calls = 0  # touch calls sent (for tests and figures)
+        self.taken = 0  # batches that rode on a search call
+
+    def take(self, shard: int) -> Touched | None:
+        """What waits for ``shard``, for the search call about to go there (it records them before answering)."""
+        held = self._pending.pop(shard, None)
+        if held is None:
+            return None
+        self.taken += 1
+        return list(held[0]), held[1]
 
     def record(self, shard: int, ids: list[str], now: datetime) -> None:
         held, latest = self._pending.get(shard, ({}, now))
@@ -55,6 +70,11 @@ class AccessTimes:
     async def _drain(self, shard: int) -> None:
         try:
             while shard in self._pending:
+                if not self._closing.is_set():  # a search may take them meanwhile
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closing.wait(), self._linger_s)
+                if shard not in self._pending:
+                    break
                 held, latest = self._pending.pop(shard)
                 self.calls += 1
                 try:
@@ -65,6 +85,7 @@ class AccessTimes:
             self._running.pop(shard, None)
 
     async def close(self, timeout_s: float = 10.0) -> None:
+        self._closing.set()  # what lingers goes now
         running = list(self._running.values())
         if running:
             with contextlib.suppress(TimeoutError):

@@ -83,7 +83,7 @@ class MemoryService:
         self._limits = limits
         self._usage = usage
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
-        self._access = AccessTimes(self._touch)  # recall's access times, coalesced under load
+        self._access = AccessTimes(self._touch)  # recall's access times, riding on the next search of their shard
         self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
 
     @property
@@ -316,7 +316,7 @@ class MemoryService:
         return await asyncio.gather(*(self.searches.search(i, request) for i in shards))
 
     async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
-        return await self._dir.scene_shard(shard).search_batch(requests)
+        return await self._dir.scene_shard(shard).search_batch(requests, self._access.take(shard))
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         await self._dir.scene_shard(shard).touch(ids, now)

@@ -49,6 +49,8 @@ class SearchRequest:
     tuning: RetrievalTuning = field(default_factory=RetrievalTuning)
 
 
+Touched = tuple[list[str], datetime]  # recall's access times for one shard: cell ids, and the time to record
+
 # (dense, lexical): ``(cell, cosine)`` nearest first, and ``(cell, bm25, cosine)`` best BM25 first (empty for dense)
 SearchAnswer = tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]
 

@@ -28,7 +28,7 @@ from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.layout import Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered, WalkTrace
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest
+from mesh.query import NodeFilter, SearchAnswer, SearchRequest, Touched
 from mesh.walk import NeighbourRequest
 from mesh.walk_wire import PackedAnswers
 
@@ -79,7 +79,9 @@ class SceneShardActor(Actor, Reembedding, Protocol):
 
     async def tenants(self) -> list[str]: ...
 
-    async def search_batch(self, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]: ...
+    async def search_batch(
+        self, requests: list[SearchRequest], seen: Touched | None = None
+    ) -> list[SearchAnswer | MemeshError]: ...
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
 
