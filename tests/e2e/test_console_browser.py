@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException, WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -57,6 +57,21 @@ def wait_for(browser: WebDriver, condition: Any, timeout_s: float = WAIT_S) -> A
     return WebDriverWait(browser, timeout_s, ignored_exceptions=(StaleElementReferenceException,)).until(condition)
 
 
+def left_the_page(element: WebElement) -> bool:
+    """Whether ``element`` is no longer in the page's document. While the page navigates away, chromedriver may
+    answer a stale node with "Node with given id does not belong to the document" (an ``unknown error``) instead
+    of a stale element reference: that is the same answer."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
+
+
 def visible(browser: WebDriver, css: str) -> WebElement:
     element: WebElement = wait_for(browser, ec.visibility_of_element_located((By.CSS_SELECTOR, css)))
     return element
@@ -76,7 +91,7 @@ def log_in(browser: WebDriver, server: Server, subject: str) -> None:
             fields[0].send_keys(subject)
             browser.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys("any password")
         form.find_element(By.CSS_SELECTOR, "button[type=submit], input[type=submit]").click()
-        wait_for(browser, lambda b, before=form: b.find_elements(By.CSS_SELECTOR, "form") == [] or ec.staleness_of(before)(b))
+        wait_for(browser, lambda b, before=form: b.find_elements(By.CSS_SELECTOR, "form") == [] or left_the_page(before))
     wait_for(browser, ec.text_to_be_present_in_element((By.ID, "who"), "Signed in as"))
 
 
