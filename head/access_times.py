@@ -11,7 +11,9 @@ Guarantees:
   within ``linger_s`` goes in a ``touch`` call of its own; at most one touch
   call per shard is in flight, and ids recorded meanwhile wait for the next.
   So a lone client's recalls cost no call of their own, and N concurrent
-  recalls a few calls a second instead of N.
+  recalls a few calls a second instead of N. A read by id or a listing sends
+  what waits for its shards first (:meth:`AccessTimes.send_now`), so it too
+  sees the access times of the recalls before it.
 - A batch carries the latest time recorded into it for every id it holds (at
   most ``linger_s`` and a round trip later than the recall that named the id).
 - Bounded: at most ``max_pending`` ids wait per shard; ids past that are
@@ -55,6 +57,18 @@ class AccessTimes:
         self.taken += 1
         return list(held[0]), held[1]
 
+    async def send_now(self, shards: range) -> None:
+        """Send what waits for any of ``shards`` now, and wait for it (a read is about to go there)."""
+        waiting = [(shard, batch) for shard in shards if (batch := self.take(shard)) is not None]
+        await asyncio.gather(*(self._send_logged(shard, *batch) for shard, batch in waiting))
+
+    async def _send_logged(self, shard: int, ids: list[str], latest: datetime) -> None:
+        self.calls += 1
+        try:
+            await self._send(shard, ids, latest)
+        except MemeshError:
+            log.warning("recording access times failed", exc_info=True)
+
     def record(self, shard: int, ids: list[str], now: datetime) -> None:
         held, latest = self._pending.get(shard, ({}, now))
         for cell_id in ids:
@@ -76,11 +90,7 @@ class AccessTimes:
                 if shard not in self._pending:
                     break
                 held, latest = self._pending.pop(shard)
-                self.calls += 1
-                try:
-                    await self._send(shard, list(held), latest)
-                except MemeshError:
-                    log.warning("recording access times failed", exc_info=True)
+                await self._send_logged(shard, list(held), latest)
         finally:
             self._running.pop(shard, None)
 

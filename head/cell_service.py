@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 
+from head.access_times import AccessTimes
 from head.audit import record
 from head.embedding import SwitchGate
 from mesh.audit import AuditKind
@@ -34,10 +35,11 @@ from mesh.seam import Directory, scene_shards
 
 
 class CellService:
-    def __init__(self, directory: Directory, gate: SwitchGate, max_list: int) -> None:
+    def __init__(self, directory: Directory, gate: SwitchGate, max_list: int, access: AccessTimes | None = None) -> None:
         self._dir = directory
         self._gate = gate
         self._max_list = max_list
+        self._access = access  # recall's access times not sent yet: sent before a read, so it sees them
 
     async def get(self, principal: Principal, cell_id: str) -> Cell:
         """The caller's tenant's cell ``cell_id`` within its read scope (live or superseded); NotFound otherwise."""
@@ -49,6 +51,7 @@ class CellService:
         if not 1 <= limit <= self._max_list:
             raise ValidationFailed(f"limit must be between 1 and {self._max_list}")
         flt = flt.within(principal.read_scope)
+        await self._seen_first()
         parts = await asyncio.gather(*(s.list_cells(principal.tenant_id, flt, after, limit + 1) for s in scene_shards(self._dir)))
         cells = sorted((c for part in parts for c in part), key=lambda c: c.id)
         return cells[:limit], len(cells) > limit
@@ -64,7 +67,12 @@ class CellService:
         async with self._gate.shared():
             await scene_shards(self._dir)[shard].delete_cell(cell_id)
 
+    async def _seen_first(self) -> None:
+        if self._access is not None:
+            await self._access.send_now(range(len(scene_shards(self._dir))))
+
     async def _find(self, principal: Principal, cell_id: str) -> tuple[int, Cell]:
+        await self._seen_first()
         shards = scene_shards(self._dir)
         found = await asyncio.gather(*(s.get_cell(principal.tenant_id, cell_id) for s in shards))
         for index, cell in enumerate(found):

@@ -93,7 +93,7 @@ class Memesh:
         self.memory = MemoryService(
             directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches
         )
-        self.cells = CellService(directory, embedder.gate, limits.max_list)
+        self.cells = CellService(directory, embedder.gate, limits.max_list, self.memory.access)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.heads = RosterLink(directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic)
         self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)

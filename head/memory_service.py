@@ -83,7 +83,7 @@ class MemoryService:
         self._limits = limits
         self._usage = usage
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
-        self._access = AccessTimes(self._touch)  # recall's access times, riding on the next search of their shard
+        self.access = AccessTimes(self._touch)  # recall's access times, riding on the next search of their shard
         self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
 
     @property
@@ -276,7 +276,7 @@ class MemoryService:
         for cell in ranked:
             by_shard[self._shard_of(cell.tenant_id, cell.project_id)].append(cell.id)
         for shard, ids in by_shard.items():  # access times are soft state: recall does not wait for them
-            self._access.record(shard, ids, now)
+            self.access.record(shard, ids, now)
         return [(replace(cell, last_accessed=max(cell.last_accessed, now)), similarity[cell.id]) for cell in ranked]
 
     def _pool(self, k: int) -> int:
@@ -316,14 +316,14 @@ class MemoryService:
         return await asyncio.gather(*(self.searches.search(i, request) for i in shards))
 
     async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
-        return await self._dir.scene_shard(shard).search_batch(requests, self._access.take(shard))
+        return await self._dir.scene_shard(shard).search_batch(requests, self.access.take(shard))
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         await self._dir.scene_shard(shard).touch(ids, now)
 
     async def close(self) -> None:
         """Send the access times still waiting (bounded)."""
-        await self._access.close()
+        await self.access.close()
         await self.searches.close()
 
     async def _query_vector(self, principal: Principal, text: str | None, embedding: list[float] | None, k: int) -> Vector:

@@ -67,6 +67,19 @@ async def test_recall_touches_last_accessed(api: Api) -> None:
     assert queried[0]["last_accessed"] == recalled[0]["last_accessed"]
 
 
+async def test_a_read_by_id_or_a_listing_right_after_a_recall_sees_its_access_time(api: Api) -> None:
+    key = await api.key()
+    written = (await api.send("POST", "/v1/cells", key, cell("the queue runs on rabbitmq"))).json()
+    for _ in range(2):  # the second recall's access times wait in the head (no search has carried them yet)
+        recalled = (await api.send("POST", "/v1/recall", key, {"text": "which queue", "k": 1})).json()
+    assert recalled[0]["id"] == written["id"] and recalled[0]["last_accessed"] > written["last_accessed"]
+    read = (await api.send("GET", f"/v1/cells/{written['id']}", key)).json()
+    assert read["last_accessed"] == recalled[0]["last_accessed"]
+    recalled = (await api.send("POST", "/v1/recall", key, {"text": "which queue", "k": 1})).json()
+    listed = (await api.send("GET", "/v1/cells", key)).json()
+    assert [c["last_accessed"] for c in listed["cells"]] == [recalled[0]["last_accessed"]]
+
+
 async def test_filters_and_layer(api: Api) -> None:
     key = await api.key()
     await api.send(
