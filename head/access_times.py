@@ -2,8 +2,9 @@
 
 Guarantees:
 - :meth:`AccessTimes.record` never waits and never fails the recall that
-  calls it; a failed send is logged and dropped (access times are soft state,
-  as the scene shard's ``touch`` says).
+  calls it, nor :meth:`AccessTimes.send_now` the read that calls it; a failed
+  send is logged and dropped (access times are soft state, as the scene
+  shard's ``touch`` says).
 - They ride on the shard's next search: :meth:`AccessTimes.take` hands what
   waits for a shard to the search call about to go there (the shard records
   them before it answers, so a query or recall after a recall sees its access
@@ -27,10 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 
-from mesh.errors import MemeshError
 from mesh.query import Touched
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class AccessTimes:
         self.taken += 1
         return list(held[0]), held[1]
 
-    async def send_now(self, shards: range) -> None:
+    async def send_now(self, shards: Iterable[int]) -> None:
         """Send what waits for any of ``shards`` now, and wait for it (a read is about to go there)."""
         waiting = [(shard, batch) for shard in shards if (batch := self.take(shard)) is not None]
         await asyncio.gather(*(self._send_logged(shard, *batch) for shard, batch in waiting))
@@ -66,7 +66,7 @@ class AccessTimes:
         self.calls += 1
         try:
             await self._send(shard, ids, latest)
-        except MemeshError:
+        except Exception:  # soft state: a failed send fails no recall and no read
             log.warning("recording access times failed", exc_info=True)
 
     def record(self, shard: int, ids: list[str], now: datetime) -> None:

@@ -35,7 +35,7 @@ from mesh.seam import Directory, scene_shards
 
 
 class CellService:
-    def __init__(self, directory: Directory, gate: SwitchGate, max_list: int, access: AccessTimes | None = None) -> None:
+    def __init__(self, directory: Directory, gate: SwitchGate, max_list: int, access: AccessTimes) -> None:
         self._dir = directory
         self._gate = gate
         self._max_list = max_list
@@ -51,8 +51,9 @@ class CellService:
         if not 1 <= limit <= self._max_list:
             raise ValidationFailed(f"limit must be between 1 and {self._max_list}")
         flt = flt.within(principal.read_scope)
-        await self._seen_first()
-        parts = await asyncio.gather(*(s.list_cells(principal.tenant_id, flt, after, limit + 1) for s in scene_shards(self._dir)))
+        shards = scene_shards(self._dir)
+        await self._access.send_now(range(len(shards)))  # so the listing sees the recalls before it
+        parts = await asyncio.gather(*(s.list_cells(principal.tenant_id, flt, after, limit + 1) for s in shards))
         cells = sorted((c for part in parts for c in part), key=lambda c: c.id)
         return cells[:limit], len(cells) > limit
 
@@ -67,13 +68,9 @@ class CellService:
         async with self._gate.shared():
             await scene_shards(self._dir)[shard].delete_cell(cell_id)
 
-    async def _seen_first(self) -> None:
-        if self._access is not None:
-            await self._access.send_now(range(len(scene_shards(self._dir))))
-
     async def _find(self, principal: Principal, cell_id: str) -> tuple[int, Cell]:
-        await self._seen_first()
         shards = scene_shards(self._dir)
+        await self._access.send_now(range(len(shards)))  # so the read sees the recalls before it
         found = await asyncio.gather(*(s.get_cell(principal.tenant_id, cell_id) for s in shards))
         for index, cell in enumerate(found):
             if cell is not None and principal.can_read_project(cell.project_id):
