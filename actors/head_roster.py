@@ -11,12 +11,16 @@ Guarantees (the rules are :class:`mesh.roster.Roster`'s):
 - Versions start at the actor's start time in microseconds: a restarted roster
   (empty memory) continues above every version a head holds, and a head that
   was behind the lost log drops its whole cache.
+- A roster Ray restarted answers no ``publish`` before one lease has passed
+  since its start: a head of its former life that has not polled it yet may
+  still trust its cache until then, and the new roster cannot know of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +30,8 @@ from mesh.roster import Roster
 
 MAX_POLL_S = 10.0
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, slots=True)
 class HeadRosterConfig:
@@ -34,8 +40,11 @@ class HeadRosterConfig:
 
 
 class HeadRoster:
-    def __init__(self, config: HeadRosterConfig) -> None:
+    def __init__(self, config: HeadRosterConfig, restarted: bool | None = None) -> None:
+        """``restarted``: whether this roster follows one that died (None: ask Ray, false outside it)."""
         self.config = config
+        restarted = restarted_by_ray() if restarted is None else restarted
+        self._quiet_until = time.monotonic() + config.lease_s if restarted else 0.0
         self._roster = Roster(config.lease_s, config.max_log, version=int(time.time() * 1_000_000))
         self._changed = asyncio.Condition()
         self._acked = asyncio.Condition()
@@ -68,6 +77,11 @@ class HeadRoster:
         async with self._changed:
             version = self._roster.publish(agent_id)
             self._changed.notify_all()
+        quiet = self._quiet_until - time.monotonic()
+        if quiet > 0:  # heads of the roster before this one may trust their caches for up to a lease
+            await asyncio.sleep(min(quiet, timeout_s))
+            if quiet > timeout_s:
+                raise Unavailable("the head roster restarted less than a lease ago")
 
         def lagging() -> list[str]:
             return [h for h in self._roster.lagging(version, time.monotonic()) if h != publisher]
@@ -92,3 +106,16 @@ class HeadRoster:
 
     async def heads(self) -> int:
         return len(self._roster.live(time.monotonic()))
+
+
+def restarted_by_ray() -> bool:
+    """Whether this process is a Ray actor that Ray re-created after the last one died (false in process)."""
+    try:
+        import ray
+
+        if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+            return False
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # no answer from Ray's state: assume a restart (it only delays publishes by a lease)
+        log.warning("could not tell whether the head roster was restarted; assuming it was", exc_info=True)
+        return True

@@ -162,3 +162,18 @@ async def test_publish_waits_for_a_live_head_that_does_not_poll_until_its_lease_
     with pytest.raises(Unavailable):
         await roster.poll("slow", -1, 0.0)
         await roster.publish("agent-2", 0.1)  # a live head, and no time to wait for it
+
+
+async def test_a_restarted_roster_confirms_no_change_before_one_lease_has_passed() -> None:
+    """Heads of the roster that died may trust their caches until their lease runs out, and the new roster cannot
+    know them: a change it confirmed sooner could leave one of them serving a revoked key."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await HeadRoster(HeadRosterConfig(lease_s=0.5), restarted=False).publish("agent-1", 5.0) == 0
+    assert loop.time() - started < 0.2, "a first roster waits for nobody"
+    restarted = HeadRoster(HeadRosterConfig(lease_s=0.5), restarted=True)
+    started = loop.time()
+    assert await restarted.publish("agent-1", 5.0) == 0
+    assert loop.time() - started >= 0.45
+    with pytest.raises(Unavailable):
+        await HeadRoster(HeadRosterConfig(lease_s=0.5), restarted=True).publish("agent-2", 0.1)
