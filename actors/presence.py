@@ -1,4 +1,5 @@
-"""What an owner (scene shard, beacon set) tells the walks of the tenants it holds (``mesh.presence``).
+"""What an owner (scene shard, beacon set) tells the walks of the tenants it holds (``mesh.presence``), and
+what a scene shard tells the heads (``mesh.shard_absence``: ``HeadsTeller``).
 
 Guarantee: :meth:`PresenceTeller.tell` returns once every running walker
 (``actors.walker``) has noted the tenants, so a caller that tells before
@@ -11,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from mesh.errors import MemeshError
 from mesh.presence import Owner
 from mesh.seam import Directory
+from mesh.shard_absence import arrival_key, loaded_key
 
 log = logging.getLogger(__name__)
 
@@ -58,3 +61,52 @@ class PresenceTeller:
         if directory is not None:
             await tell_walkers(directory, self._owner, fresh)
         self._told.update(fresh)
+
+
+class HeadsTeller:
+    """What one scene shard announces to every head (``mesh.shard_absence``): each tenant the first time it
+    holds a node of it since it loaded, and each load.
+
+    Guarantee: :meth:`tell` and :meth:`loaded` return once every live head has applied the announcement
+    (the roster's ``publish``), or once the roster has not answered for ``lease_s``: a head trusts what it
+    knows of shards only while the roster answers it, so by then none still does (the reasoning of
+    ``head.roster_link.RosterLink.publish``). A shard that calls ``tell`` after its nodes are visible to
+    its searches and before it acknowledges the write leaves no head skipping it for that tenant after."""
+
+    def __init__(
+        self,
+        shard: int,
+        directory: Callable[[], Directory | None],
+        lease_s: float,
+        poll_s: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._shard = shard
+        self._directory = directory
+        self._lease_s = lease_s
+        self._poll_s = poll_s
+        self._monotonic = monotonic
+        self._told: set[str] = set()
+
+    async def tell(self, tenants: Iterable[str]) -> None:
+        for tenant_id in sorted(set(tenants) - self._told):
+            await self._publish(arrival_key(self._shard, tenant_id))
+            self._told.add(tenant_id)
+
+    async def loaded(self) -> None:
+        await self._publish(loaded_key(self._shard))
+
+    async def _publish(self, change: str) -> None:
+        directory = self._directory()
+        if directory is None:
+            return
+        deadline = self._monotonic() + self._lease_s
+        while True:
+            try:
+                await directory.head_roster().publish(change, self._lease_s + self._poll_s)
+                return
+            except MemeshError as exc:
+                if self._monotonic() > deadline:  # every head has fenced its marks by now
+                    log.warning("scene shard %d: no head roster to announce %s to (%s)", self._shard, change, exc)
+                    return
+                await asyncio.sleep(0.05)

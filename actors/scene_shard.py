@@ -31,7 +31,7 @@ from actors.chores import Background, LoadOnce
 from actors.codecs import cells_from_arrow, cells_to_arrow, scenes_from_arrow, scenes_to_arrow
 from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
-from actors.presence import PresenceTeller
+from actors.presence import HeadsTeller, PresenceTeller
 from actors.read_yield import ReadYield
 from actors.scene_erase import plan_erase
 from actors.scene_reembed import SceneReembedding
@@ -49,7 +49,7 @@ from mesh.layout import table_prefix
 from mesh.model import Cell, Scene, Vector, WriterSums, writer_sums
 from mesh.neighbours import neighbour_scene_parts
 from mesh.partition import MemoryPartition
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest, Touched
+from mesh.query import NodeFilter, SearchReply, SearchRequest, Touched, answer_each
 from mesh.seam import Directory
 from mesh.tuning import SceneTuning
 from mesh.walk import NeighbourRequest
@@ -72,6 +72,8 @@ class ShardConfig:
     read_yield_s: float = 0.002  # a wave's pause after each part while searches are recent (0: never)
     read_window_s: float = 0.05  # how recent a search must be for a wave to pause
     generation: int = 0  # of the partition layout (mesh.layout): which tables this shard owns
+    heads_lease_s: float = 3.0  # the heads' roster lease and poll (``actors.presence.HeadsTeller``)
+    heads_poll_s: float = 1.0
 
 
 Record = Cell | Scene
@@ -87,6 +89,7 @@ class SceneShard(SceneReembedding):
         self._background = Background("scene shard commit")
         self._touches = Background("access times")  # soft: what ``settle`` does not wait for
         self._presence = PresenceTeller(("scene_shard", config.index), self._own_dir)
+        self._heads = HeadsTeller(config.index, self._own_dir, config.heads_lease_s, config.heads_poll_s)
         self._walks = WalkQueue(
             self._walk_on_walker if config.walks else None,
             config.walk_batch,
@@ -194,6 +197,7 @@ class SceneShard(SceneReembedding):
         log.info("scene shard %d loaded %d scenes, %d cells", self.config.index, len(scenes), len(cells))
         # Every tenant held, again: a crash between a first commit and its telling is repaired here.
         await self._presence.tell(self.partition.tenants())
+        await self._heads.loaded()  # it may have replayed writes never acknowledged: heads forget its absences
 
     async def tenants(self) -> list[str]:
         """The tenants this shard holds a node of (what a walker that starts asks)."""
@@ -270,6 +274,7 @@ class SceneShard(SceneReembedding):
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
         await self._presence.tell(c.tenant_id for c in outcome.created)
+        await self._heads.tell(c.tenant_id for c in outcome.cells)  # a retry's too: it may follow a load
         self._walks.enqueue(outcome.created)
         return outcome.cells
 
@@ -287,19 +292,14 @@ class SceneShard(SceneReembedding):
             parts.append(answer)
         return PackedAnswers.joined(parts)
 
-    async def search_batch(self, requests: list[SearchRequest], seen: Touched | None = None) -> list[SearchAnswer | MemeshError]:
-        """Each request's answer, in order, as if asked alone (a refusal in its place), after ``seen``'s access times."""
+    async def search_batch(self, requests: list[SearchRequest], seen: Touched | None = None) -> SearchReply:
+        """Each request's answer as if asked alone, after ``seen``'s access times; the tenants it holds nothing of."""
         if seen is not None:
             await self.touch(*seen)
         partition = await self._ready()
-        answers: list[SearchAnswer | MemeshError] = []
-        for request in requests:
-            try:
-                answers.append(partition.answer(request))
-            except MemeshError as exc:
-                answers.append(exc)
+        answers = answer_each(partition.answer, requests)
         self._reads.read()
-        return answers
+        return answers, sorted({r.tenant_id for r in requests if not partition.holds(r.tenant_id)})
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None:
         """Record access times; persisted with the next batch, not awaited (soft state)."""

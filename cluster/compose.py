@@ -120,6 +120,8 @@ def actor_plan(
             read_yield_s=prop.read_yield_s,
             read_window_s=prop.read_window_s,
             generation=layout.generation("scene_shard"),
+            heads_lease_s=settings.heads.lease_s,
+            heads_poll_s=settings.heads.poll_s,
         )
         plan[f"scene_shard:{i}"] = (SceneShard, (config, lookup))
     nice = 0 if lookup is None else prop.walker_nice  # in process, never: the walker would share the head's process

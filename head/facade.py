@@ -96,6 +96,7 @@ class Memesh:
         self.cells = CellService(directory, embedder.gate, limits.max_list, self.memory.access)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.heads = RosterLink(directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic)
+        self.memory.fresh = self.heads.fresh  # what it knows of shards, trusted on the same lease as principals
         self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)
         self.resizer.followers.append(self._partitions_moved)
         self.identity.fence = self.heads
@@ -116,14 +117,16 @@ class Memesh:
         self.requests = RequestLog()
 
     async def _roster_changed(self, changes: list[str]) -> None:
-        """Another head's change: partitions on the move (``head.partition_resizer``), or credentials."""
-        agents = await self.resizer.on_roster(changes)
+        """Another head's change: a scene shard's presence (``mesh.shard_absence``), partitions on the move
+        (``head.partition_resizer``), or credentials."""
+        agents = await self.resizer.on_roster(self.memory.absence.apply(changes))
         if agents:
             self.identity.changed_elsewhere(agents)
 
     def _partitions_moved(self, settled: Settled) -> None:
         self.partitions = settled
         self.memory.forget_scene_homes()
+        self.memory.absence.forget()
 
     async def _record_corpus_engine(self, engine: str) -> None:
         await self.directory.registry().set_corpus_engine(engine)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -37,6 +38,7 @@ from mesh.lexical import query_terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest, rerank_for_recall
 from mesh.seam import Directory
+from mesh.shard_absence import ShardAbsence
 from mesh.sharding import partition_key
 from mesh.storage_cost import stored_bytes
 from mesh.tuning import Ranking, RecallTuning, RetrievalTuning
@@ -85,6 +87,8 @@ class MemoryService:
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
         self.access = AccessTimes(self._touch)  # recall's access times, riding on the next search of their shard
         self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
+        self.absence = ShardAbsence()  # shards known to hold nothing of a tenant, trusted while ``fresh()`` (the facade's lease)
+        self.fresh: Callable[[], bool] = lambda: False
 
     @property
     def limits(self) -> MemoryLimits:
@@ -313,10 +317,15 @@ class MemoryService:
         left out had nothing to give."""
         projects, everyone = request.flt.project_ids, range(self._dir.spec.scene_shards)
         shards = everyone if projects is None else sorted({self._shard_of(request.tenant_id, p) for p in projects})
+        if self.fresh():  # leave out the shards known to hold nothing of the tenant (mesh.shard_absence)
+            shards = [i for i in shards if not self.absence.skip(i, request.tenant_id)]
         return await asyncio.gather(*(self.searches.search(i, request) for i in shards))
 
     async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
-        return await self._dir.scene_shard(shard).search_batch(requests, self.access.take(shard))
+        since = self.absence.generation
+        answers, absent = await self._dir.scene_shard(shard).search_batch(requests, self.access.take(shard))
+        self.absence.learned(shard, absent, since)
+        return answers
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:
         await self._dir.scene_shard(shard).touch(ids, now)

@@ -54,6 +54,10 @@ class MemoryPartition:
         """Every tenant with a cell here (live or not): a superset of those with scenes to walk."""
         return set(self._usage)
 
+    def holds(self, tenant_id: str) -> bool:
+        """Whether a search of ``tenant_id`` can find anything here: from its first cell loaded or written on."""
+        return tenant_id in self._tenants
+
     def _count(self, cell: Cell, sign: int) -> None:
         usage = self._usage.setdefault(cell.tenant_id, [0, 0])
         usage[0] += sign
@@ -209,10 +213,8 @@ class MemoryPartition:
     ) -> list[tuple[Cell, float]]:
         """The ``k`` cells of ``tenant_id`` passing ``flt`` with the highest positive BM25 for the ``query``
         terms (see :mod:`mesh.lexical`), best first."""
-        if flt.tenant_id is not None and flt.tenant_id != tenant_id:
-            return []
         tenant = self._tenants.get(tenant_id)
-        if tenant is None or not query:
+        if tenant is None or not query or (flt.tenant_id is not None and flt.tenant_id != tenant_id):
             return []
         return [(self.cells[cid], score) for cid, score in tenant.lexical_search(query, k, flt, tuning)]
 

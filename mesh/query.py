@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from mesh.errors import MemeshError
 from mesh.model import Cell, CellType, Layer, Vector
 from mesh.tuning import RecallTuning, RetrievalTuning
 
@@ -53,6 +55,22 @@ Touched = tuple[list[str], datetime]  # recall's access times for one shard: cel
 
 # (dense, lexical): ``(cell, cosine)`` nearest first, and ``(cell, bm25, cosine)`` best BM25 first (empty for dense)
 SearchAnswer = tuple[list[tuple[Cell, float]], list[tuple[Cell, float, float]]]
+# a scene shard's answers to a batch of searches (a refusal in a request's place), and the tenants of the
+# batch it holds no node of (``mesh.shard_absence``)
+SearchReply = tuple[list[SearchAnswer | MemeshError], list[str]]
+
+
+def answer_each(
+    answer: Callable[[SearchRequest], SearchAnswer], requests: list[SearchRequest]
+) -> list[SearchAnswer | MemeshError]:
+    """Each request's ``answer``, in order, as if asked alone (its refusal in its place)."""
+    answers: list[SearchAnswer | MemeshError] = []
+    for request in requests:
+        try:
+            answers.append(answer(request))
+        except MemeshError as exc:
+            answers.append(exc)
+    return answers
 
 
 def recall_score(similarity: float, cell: Cell, now: datetime, tuning: RecallTuning) -> float:

@@ -22,13 +22,12 @@ from mesh.audit import AuditRow
 from mesh.console_sessions import ConsoleSession, PendingLogin
 from mesh.deployment import DirectorySpec, Gate
 from mesh.erasure import JournalEntry, Selector, ShardErasePlan
-from mesh.errors import MemeshError
 from mesh.identity import Agent, Principal, Role
 from mesh.inbox_wire import InboxDelivery, PullResult
 from mesh.layout import Layout, Settled
 from mesh.model import Beacon, Cell, Scene, Session, Vector, WriterSums
 from mesh.observation import Event, Numbered, WalkTrace
-from mesh.query import NodeFilter, SearchAnswer, SearchRequest, Touched
+from mesh.query import NodeFilter, SearchReply, SearchRequest, Touched
 from mesh.walk import NeighbourRequest
 from mesh.walk_wire import PackedAnswers
 
@@ -79,9 +78,7 @@ class SceneShardActor(Actor, Reembedding, Protocol):
 
     async def tenants(self) -> list[str]: ...
 
-    async def search_batch(
-        self, requests: list[SearchRequest], seen: Touched | None = None
-    ) -> list[SearchAnswer | MemeshError]: ...
+    async def search_batch(self, requests: list[SearchRequest], seen: Touched | None = None) -> SearchReply: ...
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None: ...
 

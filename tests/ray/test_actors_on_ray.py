@@ -16,6 +16,7 @@ from mesh.identity import Principal
 from mesh.model import CellType, NewCell
 from mesh.query import NodeFilter
 from mesh.seam import every_actor
+from mesh.sharding import partition_key
 from tests.ray.agents import ADMIN, writer
 
 
@@ -87,6 +88,30 @@ async def test_writes_in_flight_during_a_kill_are_durable_once_acknowledged(core
     assert acknowledged, "no write was acknowledged at all"
     stored = await all_ids(core, principal, "concurrent write")
     assert acknowledged <= stored
+
+
+async def test_a_restarted_scene_shard_makes_every_head_forget_what_it_knew_of_it(core: Memesh) -> None:
+    """A load may replay journaled writes never acknowledged: a head must not go on skipping the shard."""
+    principal = await writer(core)
+    await core.join_heads()
+    spec = core.directory.spec
+    project = next(p for n in range(1000) if spec.owner("scene_shard", partition_key("t1", p := f"p{n}")) == 0)
+    await core.memory.write_cells(principal, [NewCell(content="kept on shard zero", cell_type=CellType.FACT, project_id=project)])
+    await all_ids(core, principal, "shard zero")
+    assert core.memory.absence.skip(1, "t1"), "the head did not learn that shard 1 holds nothing of t1"
+    await kill(core, "scene_shard:1")  # answers once the new process loaded, and it announces its load first
+    assert not core.memory.absence.skip(1, "t1")
+
+
+async def test_a_restarted_head_roster_confirms_no_change_for_one_lease(core: Memesh) -> None:
+    await core.join_heads()
+    await kill(core, "head_roster")
+    started = asyncio.get_running_loop().time()
+    await core.directory.head_roster().publish("agent-x", 10.0)
+    assert asyncio.get_running_loop().time() - started >= 2.0, "a restarted roster confirmed a change at once"
+    started = asyncio.get_running_loop().time()
+    await core.directory.head_roster().publish("agent-y", 10.0)
+    assert asyncio.get_running_loop().time() - started < 2.0, "the roster kept waiting after its first lease"
 
 
 async def test_killed_registry_restarts_with_agents_and_sessions(core: Memesh) -> None:

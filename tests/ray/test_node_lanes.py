@@ -49,10 +49,10 @@ async def test_a_lane_answers_what_ray_answers(core: Memesh) -> None:
     request = SearchRequest("t1", vector, 10, NodeFilter(), ("payment", "service"))
     assert directory.lanes is not None
     before = directory.lanes.answered
-    through_lane = await shard.search_batch([request])
+    through_lane, absent = await shard.search_batch([request])
     assert directory.lanes.answered == before + 1
-    through_ray = await shard.handle.search_batch.remote([request])
-    assert seen(through_lane) == seen(through_ray)
+    through_ray, absent_by_ray = await shard.handle.search_batch.remote([request])
+    assert seen(through_lane) == seen(through_ray) and absent == absent_by_ray == []
     (dense, lexical) = through_lane[0]  # type: ignore[misc]
     assert len(dense) == 10 and len(lexical) == request.tuning.lexical_pool(10)  # BM25's best few join the fusion
 
