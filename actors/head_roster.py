@@ -11,8 +11,8 @@ Guarantees (the rules are :class:`mesh.roster.Roster`'s):
 - Versions start at the actor's start time in microseconds: a restarted roster
   (empty memory) continues above every version a head holds, and a head that
   was behind the lost log drops its whole cache.
-- A roster Ray restarted answers no ``publish`` before one lease has passed
-  since its start: a head of its former life that has not polled it yet may
+- A roster Ray restarted (``note_restart``, called by ``actors.ray_directory``)
+  answers no ``publish`` before one lease has passed since its start: a head of its former life that has not polled it yet may
   still trust its cache until then, and the new roster cannot know of it.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -30,8 +29,6 @@ from mesh.roster import Roster
 
 MAX_POLL_S = 10.0
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True, slots=True)
 class HeadRosterConfig:
@@ -40,14 +37,19 @@ class HeadRosterConfig:
 
 
 class HeadRoster:
-    def __init__(self, config: HeadRosterConfig, restarted: bool | None = None) -> None:
-        """``restarted``: whether this roster follows one that died (None: ask Ray, false outside it)."""
+    def __init__(self, config: HeadRosterConfig, restarted: bool = False) -> None:
+        """``restarted``: this roster follows one that died (on Ray, ``note_restart`` says so after the start)."""
         self.config = config
-        restarted = restarted_by_ray() if restarted is None else restarted
-        self._quiet_until = time.monotonic() + config.lease_s if restarted else 0.0
+        self._quiet_until = 0.0
+        if restarted:
+            self.note_restart()
         self._roster = Roster(config.lease_s, config.max_log, version=int(time.time() * 1_000_000))
         self._changed = asyncio.Condition()
         self._acked = asyncio.Condition()
+
+    def note_restart(self) -> None:
+        """This roster follows one that died: it confirms no change for one lease from now."""
+        self._quiet_until = time.monotonic() + self.config.lease_s
 
     async def health(self) -> dict[str, int]:
         return {"heads": len(self._roster.live(time.monotonic())), "version": self._roster.version, "pid": os.getpid()}
@@ -106,16 +108,3 @@ class HeadRoster:
 
     async def heads(self) -> int:
         return len(self._roster.live(time.monotonic()))
-
-
-def restarted_by_ray() -> bool:
-    """Whether this process is a Ray actor that Ray re-created after the last one died (false in process)."""
-    try:
-        import ray
-
-        if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
-            return False
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
-    except Exception:  # no answer from Ray's state: assume a restart (it only delays publishes by a lease)
-        log.warning("could not tell whether the head roster was restarted; assuming it was", exc_info=True)
-        return True

@@ -64,6 +64,8 @@ def hosted(cls: type, lane_methods: frozenset[str] = frozenset()) -> type:
         keep_pauses_short()
         init(self, *args, **kwargs)
         self._node_lane = None
+        if callable(getattr(self, "note_restart", None)) and _reconstructed():
+            self.note_restart()  # an actor whose guarantees depend on whether it follows one that died
 
     async def lane_address(self: Any) -> LaneAddress | None:
         """Where this actor's lane listens (opened at the first ask, on this actor's event loop); None: no lane."""
@@ -76,6 +78,15 @@ def hosted(cls: type, lane_methods: frozenset[str] = frozenset()) -> type:
 
     namespace = {"__init__": start, "lane_address": lane_address, "__qualname__": cls.__qualname__, "__module__": cls.__module__}
     return type(cls.__name__, (cls,), namespace)
+
+
+def _reconstructed() -> bool:
+    """Whether Ray re-created this actor after the last one died (an unanswered question counts as yes)."""
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # Ray's state did not answer: a restart is the safe guess (it only delays what waits on it)
+        log.warning("could not tell whether this actor was restarted; assuming it was", exc_info=True)
+        return True
 
 
 async def _open_lane(target: object, methods: frozenset[str]) -> LaneServer | None:
