@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from mesh.errors import MemeshError
+from mesh.errors import MemeshError, Unavailable
 from mesh.presence import Owner
 from mesh.seam import Directory
 from mesh.shard_absence import arrival_key, loaded_key
@@ -65,13 +65,16 @@ class PresenceTeller:
 
 class HeadsTeller:
     """What one scene shard announces to every head (``mesh.shard_absence``): each tenant the first time it
-    holds a node of it since it loaded, and each load.
+    holds a node of it since it loaded, and each load; and which tenants of a search it may say it holds
+    nothing of.
 
-    Guarantee: :meth:`tell` and :meth:`loaded` return once every live head has applied the announcement
-    (the roster's ``publish``), or once the roster has not answered for ``lease_s``: a head trusts what it
-    knows of shards only while the roster answers it, so by then none still does (the reasoning of
-    ``head.roster_link.RosterLink.publish``). A shard that calls ``tell`` after its nodes are visible to
-    its searches and before it acknowledges the write leaves no head skipping it for that tenant after."""
+    Guarantees: :meth:`tell` returns once every live head has applied the announcement (the roster's
+    ``publish``), and raises Unavailable when the roster has not confirmed it within ``lease_s``: the
+    tenant then counts as not told (the caller's retry announces it again), so a shard that calls ``tell``
+    after its nodes are visible to its searches and before it acknowledges the write leaves no head
+    skipping it for that tenant. :meth:`absent` never names a tenant announced since the load, whatever
+    the partition holds now (a reembed rebuilds it without the tenants an erase emptied). :meth:`loaded`
+    gives up after ``lease_s`` (a load replays only what may be unacknowledged)."""
 
     def __init__(
         self,
@@ -88,25 +91,33 @@ class HeadsTeller:
         self._monotonic = monotonic
         self._told: set[str] = set()
 
+    def absent(self, holds: Callable[[str], bool], tenants: Iterable[str]) -> list[str]:
+        """The tenants among ``tenants`` the shard holds nothing of (``holds`` false) and has not announced."""
+        return sorted({t for t in tenants if not holds(t) and t not in self._told})
+
     async def tell(self, tenants: Iterable[str]) -> None:
         for tenant_id in sorted(set(tenants) - self._told):
-            await self._publish(arrival_key(self._shard, tenant_id))
+            if not await self._publish(arrival_key(self._shard, tenant_id)):
+                raise Unavailable(f"scene shard {self._shard}: the heads were not told of a tenant's first write; retry")
             self._told.add(tenant_id)
 
     async def loaded(self) -> None:
-        await self._publish(loaded_key(self._shard))
+        if not await self._publish(loaded_key(self._shard)):
+            log.warning("scene shard %d: its load was not announced to the heads", self._shard)
 
-    async def _publish(self, change: str) -> None:
+    async def _publish(self, change: str) -> bool:
+        """True once every live head has applied ``change`` (or there is nobody to tell); False when the roster
+        did not confirm it within ``lease_s`` of trying."""
         directory = self._directory()
         if directory is None:
-            return
+            return True
         deadline = self._monotonic() + self._lease_s
         while True:
             try:
                 await directory.head_roster().publish(change, self._lease_s + self._poll_s)
-                return
+                return True
             except MemeshError as exc:
-                if self._monotonic() > deadline:  # every head has fenced its marks by now
-                    log.warning("scene shard %d: no head roster to announce %s to (%s)", self._shard, change, exc)
-                    return
+                if self._monotonic() > deadline:
+                    log.warning("scene shard %d: the head roster did not confirm %s (%s)", self._shard, change, exc)
+                    return False
                 await asyncio.sleep(0.05)

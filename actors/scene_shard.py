@@ -274,8 +274,8 @@ class SceneShard(SceneReembedding):
             partition.rollback(outcome)  # not acknowledged: it must not stay visible either
             raise
         await self._presence.tell(c.tenant_id for c in outcome.created)
-        await self._heads.tell(c.tenant_id for c in outcome.cells)  # a retry's too: it may follow a load
         self._walks.enqueue(outcome.created)
+        await self._heads.tell(c.tenant_id for c in outcome.cells)  # a retry's too: it may follow a load or a refusal
         return outcome.cells
 
     async def settle(self, timeout_s: float = 30.0) -> int:
@@ -299,7 +299,7 @@ class SceneShard(SceneReembedding):
         partition = await self._ready()
         answers = answer_each(partition.answer, requests)
         self._reads.read()
-        return answers, sorted({r.tenant_id for r in requests if not partition.holds(r.tenant_id)})
+        return answers, self._heads.absent(partition.holds, (r.tenant_id for r in requests))
 
     async def touch(self, cell_ids: list[str], now: datetime) -> None:
         """Record access times; persisted with the next batch, not awaited (soft state)."""

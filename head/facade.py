@@ -45,6 +45,7 @@ from mesh.identity import Principal
 from mesh.ids import Clock
 from mesh.layout import Layout, Settled
 from mesh.ratelimit import BucketPolicy, TokenBuckets
+from mesh.roster import EVERYTHING
 from mesh.seam import Directory, actor_kinds, every_actor
 from mesh.tuning import RecallTuning, RetrievalTuning
 
@@ -95,7 +96,9 @@ class Memesh:
         )
         self.cells = CellService(directory, embedder.gate, limits.max_list, self.memory.access)
         self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
-        self.heads = RosterLink(directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic)
+        self.heads = RosterLink(
+            directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic, self._roster_rejoined
+        )
         self.memory.fresh = self.heads.fresh  # what it knows of shards, trusted on the same lease as principals
         self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)
         self.resizer.followers.append(self._partitions_moved)
@@ -122,6 +125,11 @@ class Memesh:
         agents = await self.resizer.on_roster(self.memory.absence.apply(changes))
         if agents:
             self.identity.changed_elsewhere(agents)
+
+    def _roster_rejoined(self) -> None:
+        """Back on the roster after a lapse of the lease (or joined): what was cached on trust may be stale."""
+        self.memory.absence.forget()
+        self.identity.changed_elsewhere([EVERYTHING])
 
     def _partitions_moved(self, settled: Settled) -> None:
         self.partitions = settled

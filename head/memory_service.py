@@ -322,9 +322,10 @@ class MemoryService:
         return await asyncio.gather(*(self.searches.search(i, request) for i in shards))
 
     async def _search_shard(self, shard: int, requests: list[SearchRequest]) -> list[SearchAnswer | MemeshError]:
-        since = self.absence.generation
+        since = self.absence.generation if self.fresh() else None  # learned only on the roster's trust
         answers, absent = await self._dir.scene_shard(shard).search_batch(requests, self.access.take(shard))
-        self.absence.learned(shard, absent, since)
+        if since is not None:
+            self.absence.learned(shard, absent, since)
         return answers
 
     async def _touch(self, shard: int, ids: list[str], now: datetime) -> None:

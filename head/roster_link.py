@@ -13,6 +13,10 @@ Guarantees:
   not answer is retried until ``lease_s`` has passed with no answer: by then
   every head has fenced itself, so returning is safe.
 - ``heads`` is the number of live heads the roster last reported (at least 1).
+- ``on_rejoin`` runs before the head trusts anything again after its first
+  answered poll and after every lapse of its lease (changes published
+  meanwhile may never have reached the roster's log): what it cached on trust
+  is dropped there.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class RosterLink:
         lease_s: float = 3.0,
         poll_s: float = 1.0,
         monotonic: Callable[[], float] = time.monotonic,
+        on_rejoin: Callable[[], None] | None = None,
     ) -> None:
         if poll_s >= lease_s:
             raise ValueError("poll_s must be shorter than lease_s")
@@ -46,6 +51,7 @@ class RosterLink:
         self.heads = 1
         self._roster = roster
         self._on_change = on_change
+        self._on_rejoin = on_rejoin
         self._lease_s = lease_s
         self._poll_s = poll_s
         self._monotonic = monotonic
@@ -83,6 +89,8 @@ class RosterLink:
                 applied = self._on_change(changes)
                 if inspect.isawaitable(applied):  # acknowledged (the next poll) only once applied
                     await applied
+            if not self.fresh() and self._on_rejoin is not None:  # joined, or back after a lapse
+                self._on_rejoin()
             self._seen, self.heads = version, max(1, heads)
             self._fresh_until = sent + self._lease_s
             self._polled.set()
