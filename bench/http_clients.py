@@ -78,7 +78,8 @@ class StdlibClient:
     def request(self, method: str, path: str, content: Content = None, json: Any = None, headers: Headers = None) -> Answer:
         self._fresh()
         body = _body(content, json) if method in ("POST", "PUT", "PATCH") else None
-        self._connection.request(method, path, body=body, headers={**self._headers, **(headers or {})})
+        typed = {"content-type": "application/json"} if json is not None else {}  # as httpx and aiohttp do
+        self._connection.request(method, path, body=body, headers={**self._headers, **typed, **(headers or {})})
         response = self._connection.getresponse()
         return Answer(response.status, response.read(), {k.lower(): v for k, v in response.getheaders()})
 

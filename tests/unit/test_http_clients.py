@@ -94,3 +94,10 @@ async def test_the_aiohttp_client_answers_as_httpx_would(echo: ThreadingHTTPServ
     with pytest.raises(RuntimeError, match="answered 429"):
         refused.raise_for_status()
     assert read.status_code == 200 and read.text.startswith("{")
+
+
+def test_the_stdlib_client_sends_a_json_body_as_json(echo: ThreadingHTTPServer) -> None:
+    """``json=`` says what it sends, as httpx and aiohttp do (the server refuses an untyped body)."""
+    with StdlibClient("127.0.0.1", echo.server_address[1], {"x-service-key": "k3"}, timeout_s=5) as client:
+        sent = client.post("/made", json={"d": 4})
+    assert sent.json()["type"] == "application/json" and sent.json()["body"] == '{"d": 4}'
