@@ -12,8 +12,9 @@ Guarantees (the rules are :class:`mesh.roster.Roster`'s):
   (empty memory) continues above every version a head holds, and a head that
   was behind the lost log drops its whole cache.
 - A roster Ray restarted (``note_restart``, called by ``actors.ray_directory``)
-  answers no ``publish`` before one lease has passed since its start: a head of its former life that has not polled it yet may
-  still trust its cache until then, and the new roster cannot know of it.
+  confirms no ``publish`` before one lease has passed since its start: a head
+  of its former life that has not polled it yet may trust its cache until
+  then, and the new roster cannot know of it.
 """
 
 from __future__ import annotations

@@ -91,15 +91,14 @@ class Memesh:
         self.partitions = Settled(Layout({}))
         ids = system_ids(clock)
         self.usage = UsageLedger(directory, quotas, monotonic)
-        self.memory = MemoryService(
-            directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches
-        )
-        self.cells = CellService(directory, embedder.gate, limits.max_list, self.memory.access)
-        self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.heads = RosterLink(
             directory.head_roster, self._roster_changed, heads_lease_s, heads_poll_s, monotonic, self._roster_rejoined
         )
-        self.memory.fresh = self.heads.fresh  # what it knows of shards, trusted on the same lease as principals
+        self.memory = MemoryService(  # what it knows of shards is trusted on the same lease as principals
+            directory, embedder, ids, clock, recall_tuning, limits, self.usage, retrieval_tuning, batch_searches, self.heads.fresh
+        )
+        self.cells = CellService(directory, embedder.gate, limits.max_list, self.memory.access)
+        self.identity = IdentityService(directory, ids, clock, principal_cache_ttl_s, monotonic, bootstrap_subject)
         self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)
         self.resizer.followers.append(self._partitions_moved)
         self.identity.fence = self.heads

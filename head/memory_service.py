@@ -75,6 +75,7 @@ class MemoryService:
         usage: UsageLedger,
         retrieval: RetrievalTuning | None = None,
         batch_searches: bool = True,
+        fresh: Callable[[], bool] = lambda: False,  # the head's roster lease: what it knows of shards is trusted while true
     ) -> None:
         self._dir = directory
         self._embedder = embedder
@@ -87,8 +88,7 @@ class MemoryService:
         self._scene_home: dict[tuple[str, str], int] = {}  # (tenant, scene) -> shard: a hint, per tenant
         self.access = AccessTimes(self._touch)  # recall's access times, riding on the next search of their shard
         self.searches = SearchBatches(self._search_shard, enabled=batch_searches)  # concurrent searches, coalesced per shard
-        self.absence = ShardAbsence()  # shards known to hold nothing of a tenant, trusted while ``fresh()`` (the facade's lease)
-        self.fresh: Callable[[], bool] = lambda: False
+        self.absence, self.fresh = ShardAbsence(), fresh  # shards known to hold nothing of a tenant, trusted while fresh
 
     @property
     def limits(self) -> MemoryLimits:
