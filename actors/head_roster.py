@@ -8,9 +8,12 @@ Guarantees (the rules are :class:`mesh.roster.Roster`'s):
   returns.
 - ``poll`` answers at once when changes wait for the head, and otherwise after
   at most ``timeout_s``, so a head's lease is renewed well within ``lease_s``.
-- Versions start at the actor's start time in microseconds: a restarted roster
-  (empty memory) continues above every version a head holds, and a head that
-  was behind the lost log drops its whole cache.
+- Every answer to ``poll`` names this roster's life (a random id drawn at its
+  start): a head answered by a new life drops its whole cache
+  (``head.roster_link``), whatever the two lives' versions, so a roster
+  restarted on a node whose clock is behind cannot leave a head trusting what
+  the lost log would have told it to drop. Versions start at the start time in
+  microseconds (a head of a former life is also behind the new log).
 - A roster Ray restarted (``note_restart``, called by ``actors.ray_directory``)
   confirms no ``publish`` before one lease has passed since its start: a head
   of its former life that has not polled it yet may trust its cache until
@@ -23,6 +26,8 @@ import asyncio
 import contextlib
 import os
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mesh.errors import Unavailable
@@ -38,13 +43,15 @@ class HeadRosterConfig:
 
 
 class HeadRoster:
-    def __init__(self, config: HeadRosterConfig, restarted: bool = False) -> None:
-        """``restarted``: this roster follows one that died (on Ray, ``note_restart`` says so after the start)."""
+    def __init__(self, config: HeadRosterConfig, restarted: bool = False, wall: Callable[[], float] = time.time) -> None:
+        """``restarted``: this roster follows one that died (on Ray, ``note_restart`` says so after the start).
+        ``wall``: the node's clock, read once for the first version."""
         self.config = config
+        self.life = uuid.uuid4().hex
         self._quiet_until = 0.0
         if restarted:
             self.note_restart()
-        self._roster = Roster(config.lease_s, config.max_log, version=int(time.time() * 1_000_000))
+        self._roster = Roster(config.lease_s, config.max_log, version=int(wall() * 1_000_000))
         self._changed = asyncio.Condition()
         self._acked = asyncio.Condition()
 
@@ -58,8 +65,8 @@ class HeadRoster:
     async def close(self) -> None:
         return None
 
-    async def poll(self, head_id: str, seen: int, timeout_s: float) -> tuple[int, list[str], int]:
-        """(the version the head is now at, the agent ids changed since ``seen``, live heads)."""
+    async def poll(self, head_id: str, seen: int, timeout_s: float) -> tuple[int, list[str], int, str]:
+        """(the version the head is now at, the agent ids changed since ``seen``, live heads, this roster's life)."""
         deadline = time.monotonic() + min(max(timeout_s, 0.0), MAX_POLL_S)
         async with self._changed:
             while True:
@@ -70,7 +77,7 @@ class HeadRoster:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
-        return self._roster.version, changes, len(self._roster.live(time.monotonic()))
+        return self._roster.version, changes, len(self._roster.live(time.monotonic())), self.life
 
     async def publish(self, agent_id: str, timeout_s: float, publisher: str = "") -> int:
         """Announce that ``agent_id``'s credential or status changed; answers when every live head has it.

@@ -13,6 +13,9 @@ Guarantees:
   not answer is retried until ``lease_s`` has passed with no answer: by then
   every head has fenced itself, so returning is safe.
 - ``heads`` is the number of live heads the roster last reported (at least 1).
+- A roster answering from a new life (it restarted and lost its log) counts
+  as ``[EVERYTHING]`` changed: the head drops its whole cache before it
+  acknowledges, whatever the versions say.
 - ``on_rejoin`` runs before the head trusts anything again after its first
   answered poll and after every lapse of its lease (changes published
   meanwhile may never have reached the roster's log): what it cached on trust
@@ -30,6 +33,7 @@ import uuid
 from collections.abc import Callable
 
 from mesh.errors import MemeshError
+from mesh.roster import EVERYTHING
 from mesh.seam import HeadRosterActor
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,7 @@ class RosterLink:
         self._monotonic = monotonic
         self._fresh_until = -1.0
         self._seen = -1
+        self._life: str | None = None  # the roster life that answered last
         self._task: asyncio.Task[None] | None = None
         self._polled = asyncio.Event()
 
@@ -80,18 +85,20 @@ class RosterLink:
         while True:
             sent = self._monotonic()
             try:
-                version, changes, heads = await self._roster().poll(self.head_id, self._seen, self._poll_s)
+                version, changes, heads, life = await self._roster().poll(self.head_id, self._seen, self._poll_s)
             except MemeshError:
                 log.warning("the head roster did not answer; principal cache off until it does", exc_info=True)
                 await asyncio.sleep(min(0.2, self._poll_s))
                 continue
+            if self._life is not None and life != self._life:  # what the lost log held never reaches this head
+                changes = [EVERYTHING, *changes]
             if changes:
                 applied = self._on_change(changes)
                 if inspect.isawaitable(applied):  # acknowledged (the next poll) only once applied
                     await applied
             if not self.fresh() and self._on_rejoin is not None:  # joined, or back after a lapse
                 self._on_rejoin()
-            self._seen, self.heads = version, max(1, heads)
+            self._seen, self._life, self.heads = version, life, max(1, heads)
             self._fresh_until = sent + self._lease_s
             self._polled.set()
 

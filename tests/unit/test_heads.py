@@ -5,6 +5,7 @@ the roster trusts no cache, and the rate limits are split between the live heads
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 
@@ -145,12 +146,36 @@ def test_the_roster_waits_for_live_heads_only_and_a_late_head_drops_everything()
 
 async def test_a_restarted_roster_continues_above_every_version_a_head_holds() -> None:
     first = HeadRoster(HeadRosterConfig())
-    seen, _, _ = await first.poll("h", -1, 0.0)
+    seen, _, _, life = await first.poll("h", -1, 0.0)
     await asyncio.sleep(0.01)
     restarted = HeadRoster(HeadRosterConfig())
     await restarted.publish("agent-1", 1.0)
-    version, changes, _ = await restarted.poll("h", seen, 0.0)
-    assert version > seen and changes == [EVERYTHING]
+    version, changes, _, new_life = await restarted.poll("h", seen, 0.0)
+    assert version > seen and changes == [EVERYTHING] and new_life != life
+
+
+async def test_a_head_drops_its_cache_for_a_restarted_roster_whose_clock_is_behind(
+    heads: tuple[Memesh, Memesh],
+) -> None:
+    """A roster restarted on a node whose clock is an hour behind starts below every version a head holds:
+    the head must still drop what the lost log would have told it (here a revoke it never heard of)."""
+    a, b = heads
+    issued = await a.identity.issue(ADMIN, "t1", "agent", ["Writer"], None)
+    key = issued.plaintext_secret
+    assert (await b.principal(key)).agent_id == issued.agent.id and b.identity.cached(key) is not None
+    lost = HeadRoster(HeadRosterConfig())  # the roster that dies: b never reads what it is told
+    a.heads._roster = lambda: lost
+    await a.identity.apply(ADMIN, issued.agent.id, "revoke")
+    behind = HeadRoster(HeadRosterConfig(), restarted=False, wall=lambda: time.time() - 3600)
+    a.directory.instances["head_roster"] = behind  # type: ignore[attr-defined]
+    a.heads._roster = a.directory.head_roster
+    for _ in range(100):  # b's next poll reaches the new roster (bounded: 5 s)
+        if b.heads._life == behind.life:
+            break
+        await asyncio.sleep(0.05)
+    assert b.heads._life == behind.life, "b never polled the restarted roster"
+    with pytest.raises(Unauthorized):
+        await b.principal(key)
 
 
 async def test_publish_waits_for_a_live_head_that_does_not_poll_until_its_lease_ends() -> None:
