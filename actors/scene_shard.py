@@ -33,7 +33,7 @@ from actors.commit_behind import CommitBehind
 from actors.group_commit import GroupCommitter
 from actors.presence import HeadsTeller, PresenceTeller
 from actors.read_yield import ReadYield
-from actors.scene_erase import plan_erase
+from actors.scene_erase import plan_erase, tombstone_durably
 from actors.scene_reembed import SceneReembedding
 from actors.scene_rows import commit_rows
 from actors.schemas import PROPAGATED_SCHEMA, cell_schema, scene_schema
@@ -351,11 +351,12 @@ class SceneShard(SceneReembedding):
         return outcome.scene, outcome.patterns, outcome.superseded
 
     # ------------------------------------------------------------ cells by id
-    async def get_cell(self, tenant_id: str, cell_id: str) -> Cell | None:
-        """The tenant's cell ``cell_id`` (live or superseded), or None: absent, tombstoned, erased or another tenant's."""
+    async def get_cell(self, tenant_id: str, cell_id: str, tombstoned: bool = False) -> Cell | None:
+        """The tenant's cell ``cell_id`` (live or superseded; tombstoned too if asked), or None: absent,
+        tombstoned, erased or another tenant's."""
         partition = await self._ready()
         cell = partition.cells.get(cell_id)
-        return cell if cell is not None and cell.tenant_id == tenant_id and not cell.tombstone else None
+        return cell if cell is not None and cell.tenant_id == tenant_id and (tombstoned or not cell.tombstone) else None
 
     async def list_cells(self, tenant_id: str, flt: NodeFilter, after: str | None, limit: int) -> list[Cell]:
         """A keyset page of the tenant's cells here (``MemoryPartition.list_cells``)."""
@@ -369,18 +370,8 @@ class SceneShard(SceneReembedding):
         return (cell.tenant_id, cell.project_id) if cell is not None else None
 
     async def delete_cell(self, cell_id: str) -> bool:
-        """Tombstone a cell and commit it; False when it already was (a no-op) or is absent."""
-        partition = await self._ready()
-        cell = partition.tombstone(cell_id)
-        if cell is None:
-            return False
-        scene = partition.scenes.get(cell.scene_id or "")
-        try:  # not acknowledged if this fails: the cell stays as storage holds it, and a retry deletes it
-            await self._commit.submit([cell] if scene is None else [cell, scene])
-        except Exception:
-            partition.untombstone(cell)
-            raise
-        return True
+        """Tombstone a cell and commit it; False when it already was (a no-op, once durable) or is absent."""
+        return await tombstone_durably(await self._ready(), self._commit, cell_id)
 
     async def erase_plan(self, selector: Selector, quiesce: bool) -> ShardErasePlan:
         """What an erase of ``selector`` removes here: the matching cells and every Pattern abstracting

@@ -58,20 +58,24 @@ class CellService:
         return cells[:limit], len(cells) > limit
 
     async def delete(self, principal: Principal, cell_id: str) -> None:
-        """Tombstone a cell the caller wrote (or, as an admin, any cell of its tenant it can read)."""
-        shard, cell = await self._find(principal, cell_id)
+        """Tombstone a cell the caller wrote (or, as an admin, any cell of its tenant it can read). Deleting it
+        again succeeds and changes nothing (spec section 3); to anyone else a tombstoned cell is not found."""
+        shard, cell = await self._find(principal, cell_id, tombstoned=True)
         wrote_it = cell.source_agent == principal.agent_id and principal.can_write
         if not (wrote_it or principal.is_admin):
+            if cell.tombstone:  # gone for every reader
+                raise NotFound("cell not found")
             raise Forbidden("only the agent that wrote a cell, or an admin of its tenant, deletes it")
-        detail = {"reason": DeleteReason.USER_DELETE.value, "tenant_id": cell.tenant_id, "node_kind": "cell"}
-        await record(self._dir, principal, AuditKind.NODE_DELETED, cell_id, "ok", detail)
+        if not cell.tombstone:  # a second delete is a no-op once the first is durable (spec section 3)
+            detail = {"reason": DeleteReason.USER_DELETE.value, "tenant_id": cell.tenant_id, "node_kind": "cell"}
+            await record(self._dir, principal, AuditKind.NODE_DELETED, cell_id, "ok", detail)
         async with self._gate.shared():
             await scene_shards(self._dir)[shard].delete_cell(cell_id)
 
-    async def _find(self, principal: Principal, cell_id: str) -> tuple[int, Cell]:
+    async def _find(self, principal: Principal, cell_id: str, tombstoned: bool = False) -> tuple[int, Cell]:
         shards = scene_shards(self._dir)
         await self._access.send_now(range(len(shards)))  # so the read sees the recalls before it
-        found = await asyncio.gather(*(s.get_cell(principal.tenant_id, cell_id) for s in shards))
+        found = await asyncio.gather(*(s.get_cell(principal.tenant_id, cell_id, tombstoned) for s in shards))
         for index, cell in enumerate(found):
             if cell is not None and principal.can_read_project(cell.project_id):
                 return index, cell

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+from mesh.errors import StorageUnavailable
 from tests.unit.conftest import Api, assert_error
 
 
@@ -47,7 +49,8 @@ async def test_the_writer_reads_lists_and_deletes_its_cell_and_it_leaves_every_r
     deleted = await api.send("DELETE", f"/v1/cells/{mine['id']}", key)
     assert deleted.status_code == 200 and deleted.json() == {"ok": True}
     assert_error(await api.send("GET", f"/v1/cells/{mine['id']}", key), 404, "not_found")
-    assert_error(await api.send("DELETE", f"/v1/cells/{mine['id']}", key), 404, "not_found")
+    again = await api.send("DELETE", f"/v1/cells/{mine['id']}", key)
+    assert again.status_code == 200 and again.json() == {"ok": True}, "spec 3: a second delete succeeds as a no-op"
     for path in ("/v1/query", "/v1/recall"):
         for ranking in ("hybrid", "dense"):
             body = {"text": "billing service retries payments", "k": 10, "ranking": ranking}
@@ -55,7 +58,7 @@ async def test_the_writer_reads_lists_and_deletes_its_cell_and_it_leaves_every_r
             assert [n["id"] for n in found] == [other["id"]], (path, ranking)
     assert [n["id"] for n in (await api.send("GET", "/v1/cells", key)).json()["cells"]] == [other["id"]]
     rows = await api.memesh.directory.audit_log().rows(0, 1000)
-    (row,) = [r for r in rows if r.kind == "NodeDeleted" and r.target == mine["id"]]
+    (row,) = [r for r in rows if r.kind == "NodeDeleted" and r.target == mine["id"]]  # the no-op records nothing
     assert json.loads(row.detail)["reason"] == "user_delete" and row.outcome == "ok"
 
 
@@ -72,6 +75,40 @@ async def test_teammates_read_but_only_the_writer_or_an_admin_deletes(api: Api) 
     assert (await api.send("DELETE", f"/v1/cells/{first['id']}", admin)).json() == {"ok": True}
     assert (await api.send("DELETE", f"/v1/cells/{second['id']}", writer)).json() == {"ok": True}
     assert (await api.send("GET", "/v1/cells", reader)).json() == {"cells": [], "next_cursor": None}
+    assert_error(await api.send("DELETE", f"/v1/cells/{second['id']}", teammate), 404, "not_found")  # gone for others
+    assert (await api.send("DELETE", f"/v1/cells/{first['id']}", writer)).json() == {"ok": True}  # the admin's: a no-op
+
+
+async def test_a_second_delete_meeting_the_first_commit_answers_with_its_outcome(api: Api) -> None:
+    """Two deletes of one cell at once: the second meets the tombstone whose commit is still in flight. It must
+    not acknowledge before that commit is durable; when that commit fails, the second deletes the cell itself."""
+    key = await api.key()
+    written = await write(api, key, "the cache is flushed nightly")
+    shard = next(
+        s.target  # type: ignore[attr-defined]
+        for s in (api.memesh.directory.scene_shard(0), api.memesh.directory.scene_shard(1))
+        if written["id"] in s.target.partition.cells  # type: ignore[attr-defined]
+    )
+    committer = shard._commit
+    real = committer._flush
+    calls = []
+
+    async def failing_once(rows):  # type: ignore[no-untyped-def]
+        calls.append({getattr(r, "id", None) for r in rows if getattr(r, "tombstone", False)})
+        await asyncio.sleep(0.05)  # the second delete arrives while this commit is in flight
+        if len(calls) == 1:
+            raise StorageUnavailable("storage failed during a commit")
+        await real(rows)
+
+    committer._flush = failing_once
+    first, second = await asyncio.gather(
+        api.send("DELETE", f"/v1/cells/{written['id']}", key), api.send("DELETE", f"/v1/cells/{written['id']}", key)
+    )
+    assert sorted([first.status_code, second.status_code]) == [200, 503], (first.text, second.text)
+    assert written["id"] in calls[0] and any(written["id"] in c for c in calls[1:]), (
+        "the second delete acknowledged a tombstone whose commit failed"
+    )
+    assert_error(await api.send("GET", f"/v1/cells/{written['id']}", key), 404, "not_found")
 
 
 async def test_another_tenant_and_another_scope_see_a_missing_cell(api: Api) -> None:
