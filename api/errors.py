@@ -60,12 +60,23 @@ def memesh_error_response(exc: MemeshError) -> JSONResponse:
     return error_response(status, exc.code, exc.message, headers)
 
 
+def _wrong_choice_type(error: Any) -> bool:
+    """An enum or literal refused for its JSON type, not its value: ``"cell_type": 5`` or ``null`` where one of
+    some strings is expected (pydantic reports both as ``enum``/``literal_error``; only the value's case is 400)."""
+    if error.get("type") not in ("enum", "literal_error"):
+        return False
+    value = error.get("input")
+    strings = "'" in str((error.get("ctx") or {}).get("expected", ""))
+    return isinstance(value, bool) or not isinstance(value, str if strings else int)
+
+
 def validation_status(errors: list[Any]) -> int:
-    """422 when the parsed JSON has the wrong shape (a missing field, a wrong type); 400 otherwise."""
+    """422 when the parsed JSON has the wrong shape (a missing field, a wrong type, a choice given as another
+    JSON type); 400 otherwise (a value out of range, or not among the choices)."""
     types = [str(e.get("type", "")) for e in errors]
     if any(t == "json_invalid" for t in types):
         return 400
-    if any(t in _SHAPE_ERRORS or t.endswith("_type") for t in types):
+    if any(t in _SHAPE_ERRORS or t.endswith("_type") for t in types) or any(_wrong_choice_type(e) for e in errors):
         return 422
     return 400
 

@@ -144,6 +144,11 @@ async def test_reader_cannot_write(api: Api) -> None:
         ({"content": "x", "cell_type": "Fact", "colour": "red"}, 422),  # unknown field
         ({"content": "x", "cell_type": "Fact", "salience": 1.5}, 400),  # out of range
         ({"content": "x", "cell_type": "Opinion"}, 400),  # value outside the enum
+        ({"content": "x", "cell_type": 5}, 422),  # an enum given as another JSON type
+        ({"content": "x", "cell_type": None}, 422),
+        ({"content": "x", "cell_type": ["Fact"]}, 422),
+        ({"content": "x", "cell_type": "Fact", "layer": True}, 422),
+        ({"content": "x", "cell_type": "Fact", "layer": "L9"}, 400),
         ({"content": "", "cell_type": "Fact"}, 400),  # too short
         ({"content": "x", "cell_type": "Fact", "session_id": "not-a-uuid"}, 400),
         ([], 422),  # not an object
@@ -165,6 +170,9 @@ async def test_transport_level_errors(api: Api) -> None:
     assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": 0}), 400, "validation")
     assert_error(await api.send("POST", "/v1/query", key, {"text": "x", "k": "3"}), 422, "validation")
     assert_error(await api.send("POST", "/v1/query", key, {"k": 3}), 422, "validation")  # a missing required field (issue 11)
+    for wrong in ({"ranking": 5}, {"layer": {}}, {"filter": {"cell_types": [None]}}):  # choices as another JSON type
+        assert_error(await api.send("POST", "/v1/recall", key, {"text": "x", "k": 3, **wrong}), 422, "validation")
+    assert_error(await api.send("POST", "/v1/recall", key, {"text": "x", "k": 3, "ranking": "sparse"}), 400, "validation")
     assert_error(await api.send("POST", "/v1/query", key, {"embedding": [0.1, 0.2], "k": 3}), 400, "dimension_mismatch")
     vector_cell = cell("vector supplied", embedding=[0.0] * 383 + [1.0])
     assert (await api.send("POST", "/v1/cells", key, vector_cell)).status_code == 201
