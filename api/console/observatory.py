@@ -27,9 +27,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, WebSocket
@@ -41,6 +39,7 @@ from api.websocket import close_with, deny, first_to_finish
 from head.observatory_hub import ObservatoryHub, Resync, Subscription
 from mesh.errors import MemeshError, ValidationFailed
 from mesh.identity import Principal
+from mesh.times import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -51,28 +50,15 @@ MAX_LIMIT = 10_000
 STREAM_WAIT_S = 5.0
 RESYNC_FRAME = '{"resync":true}'
 
-# RFC 3339 date-time: a date, "T" (or "t" / a space), a time, an optional
-# fraction, and "Z" or a numeric offset. A space before the offset is a "+"
-# that the query string decoded (an unencoded "+00:00"), read back as "+".
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+\- ]\d{2}:\d{2})", re.ASCII)
-
 
 def parse_since(value: str | None) -> float | None:
     """``since`` as epoch seconds (None when absent); ValidationFailed unless an RFC 3339 date-time."""
     if value is None:
         return None
-    match = _RFC3339.fullmatch(value)
-    if match is None:
-        raise ValidationFailed("since must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z")
-    date, clock, fraction, offset = match.groups()
-    if offset in ("Z", "z"):
-        offset = "+00:00"
-    elif offset[0] == " ":
-        offset = "+" + offset[1:]
-    try:  # finer than microseconds is truncated
-        return datetime.fromisoformat(f"{date}T{clock}{(fraction or '')[:7]}{offset}").timestamp()
+    try:
+        return parse_rfc3339(value).timestamp()
     except ValueError as exc:
-        raise ValidationFailed("since is not a valid date-time") from exc
+        raise ValidationFailed("since must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z") from exc
 
 
 def tenant_filter(principal: Principal) -> str | None:

@@ -10,11 +10,12 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
 from mesh.model import Cell, CellType, Layer, Scene
 from mesh.query import NodeFilter
+from mesh.times import parse_rfc3339
 from mesh.tuning import Ranking
 
 INT64_MAX = 2**63 - 1
@@ -223,9 +224,21 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 """Every /v1 route documents the envelope for these statuses."""
 
 
+def _rfc3339(value: object) -> datetime:
+    """A time a client sends: an RFC 3339 string (a number or a string of another form is refused: spec 2)."""
+    if not isinstance(value, str):
+        raise PydanticCustomError("datetime_type", "must be an RFC 3339 date-time string")
+    try:
+        return parse_rfc3339(value)
+    except ValueError as exc:
+        raise PydanticCustomError("datetime_parsing", "must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z") from exc
+
+
 class BeaconIn(_Request):
     interest: StrictStr = Field(min_length=1, description="The interest text the beacon stands for.")
-    expires_at: datetime | None = Field(None, description="RFC 3339; the beacon stops attracting deliveries then.")
+    expires_at: Annotated[datetime, BeforeValidator(_rfc3339)] | None = Field(
+        None, description="RFC 3339 with an offset; the beacon stops attracting deliveries then."
+    )
     ttl_s: Annotated[float, Field(gt=0, strict=True)] | None = Field(
         None, description="Alternative to expires_at: seconds from now."
     )

@@ -47,6 +47,15 @@ async def test_a_beacon_expiry_is_bounded_and_the_next_start_loads_it(make_core:
         assert_error(await api.send("POST", "/v1/beacons", key, {"interest": "x", "expires_at": expires_at}), 400, "validation")
     for ttl in (0.001, 1e12):
         assert_error(await api.send("POST", "/v1/beacons", key, {"interest": "x", "ttl_s": ttl}), 400, "validation")
+    next_year = datetime.now(UTC).year + 1  # spec 2: times are RFC 3339 strings
+    for not_a_time, status in (
+        (datetime.now(UTC).timestamp() + 3600, 422),  # a number: the wrong JSON type
+        (str(int(datetime.now(UTC).timestamp()) + 3600), 400),  # epoch seconds as a string
+        (f"{next_year}-01-01T00:00:00", 400),  # no offset
+        (f"{next_year}-01-01", 400),  # a date alone
+    ):
+        body = {"interest": "x", "expires_at": not_a_time}
+        assert_error(await api.send("POST", "/v1/beacons", key, body), status, "validation")
     soon = datetime.now(UTC).replace(microsecond=0).year + 1
     placed = await api.send("POST", "/v1/beacons", key, {"interest": "x", "expires_at": f"{soon}-01-01T00:00:00-05:00"})
     assert placed.status_code == 200, placed.text
