@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
 
 from api.cursors import decode_cursor, encode_cursor
@@ -24,6 +24,7 @@ from api.data.schemas import (
     CellIn,
     CellListIn,
     CellListOut,
+    ConsolidateIn,
     ConsolidationOut,
     NodeOut,
     OkOut,
@@ -155,7 +156,10 @@ async def get_scene(scene_id: UUID, principal: Reader, core: Core) -> SceneOut:
     tags=["scenes"],
     summary="Recompute a scene and abstract near-duplicates",
 )
-async def consolidate(scene_id: UUID, principal: Writer, core: Core) -> ConsolidationOut:
+async def consolidate(
+    scene_id: UUID, principal: Writer, core: Core, body: Annotated[ConsolidateIn | None, Body()] = None
+) -> ConsolidationOut:
+    """No body, or an empty object (any field in it is unknown: 422, as on every route)."""
     report = await core.memory.consolidate(principal, str(scene_id))
     return ConsolidationOut(
         scene_id=report.scene.id,

@@ -234,6 +234,10 @@ def _rfc3339(value: object) -> datetime:
         raise PydanticCustomError("datetime_parsing", "must be an RFC 3339 date-time such as 2026-01-02T03:04:05Z") from exc
 
 
+class ConsolidateIn(_Request):
+    """``POST /v1/scenes/{id}/consolidate`` takes no field: an empty object, or no body."""
+
+
 class BeaconIn(_Request):
     interest: StrictStr = Field(min_length=1, description="The interest text the beacon stands for.")
     expires_at: Annotated[datetime, BeforeValidator(_rfc3339)] | None = Field(

@@ -258,6 +258,9 @@ async def test_scenes_list_get_and_consolidate(api: Api) -> None:
     scene = (await api.send("GET", f"/v1/scenes/{dup_scene}", key)).json()
     assert set(scene) >= {"id", "tenant_id", "project_id", "centroid", "summary", "created_at"}
     assert scene["summary"].startswith("deploy the api with helm charts")
+    for unknown in ({"x": 1}, ["x"]):  # no field is known: refused before anything changes
+        assert_error(await api.send("POST", f"/v1/scenes/{dup_scene}/consolidate", key, unknown), 422, "validation")
+    assert (await api.send("GET", f"/v1/scenes/{dup_scene}", key)).json()["member_count"] == scene["member_count"]
     report = await api.send("POST", f"/v1/scenes/{dup_scene}/consolidate", key)
     assert report.status_code == 200, report.text
     body = report.json()
