@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
 from mesh.model import Cell, CellType, Layer, Scene
@@ -164,12 +164,19 @@ class SceneListOut(BaseModel):
     next_cursor: str | None
 
 
+def _printable(value: str) -> str:
+    """A project id as stored: printable characters only (a written cell's is checked the same way)."""
+    if not value.isprintable():
+        raise PydanticCustomError("project_id", "project_id must be 1 to 128 printable characters")
+    return value
+
+
 class CellListIn(BaseModel):
     """The filters of ``GET /v1/cells`` (query parameters; ``query``'s filter members) and its keyset page.
 
     Unknown parameters are ignored, as on every GET route."""
 
-    project_id: str | None = Field(None, min_length=1, max_length=128)
+    project_id: Annotated[str, AfterValidator(_printable)] | None = Field(None, min_length=1, max_length=128)
     cell_type: list[CellType] | None = Field(None, description="Repeat the parameter to allow several types.")
     layer: Layer | None = None
     scene_id: UUID | None = None

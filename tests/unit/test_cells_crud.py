@@ -123,6 +123,8 @@ async def test_another_tenant_and_another_scope_see_a_missing_cell(api: Api) -> 
         assert_error(await api.send(method, "/v1/cells/01a2040c-0000-7000-8000-000000000000", owner), 404, "not_found")
     assert (await api.send("GET", "/v1/cells", stranger)).json() == {"cells": [], "next_cursor": None}
     assert [n["id"] for n in (await api.send("GET", "/v1/cells", scoped)).json()["cells"]] == [alpha["id"]]
+    for odd in ("\x00", "a\nb"):  # as /v1/scenes and a write refuse them
+        assert_error(await api.send("GET", "/v1/cells", owner, params={"project_id": odd}), 400, "validation")
     beta_only = await api.send("GET", "/v1/cells", scoped, params={"project_id": "beta"})
     assert beta_only.json() == {"cells": [], "next_cursor": None}
     assert (await api.send("GET", f"/v1/cells/{beta['id']}", owner)).status_code == 200  # refusals changed nothing
