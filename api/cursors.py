@@ -14,7 +14,9 @@ def encode_cursor(last_id: str) -> str:
 
 
 def decode_cursor(cursor: str | None) -> str | None:
-    """The id a cursor stands for; ValidationFailed for anything this service did not issue."""
+    """The id a cursor stands for; ValidationFailed for anything not of the form this service issues. A cursor is
+    a position, not a capability: a well-formed one made by hand only moves where a page of the caller's own
+    tenant and scope starts."""
     if cursor is None:
         return None
     try:
