@@ -37,7 +37,7 @@ from fastapi import APIRouter, Body, Response, WebSocket
 from starlette.websockets import WebSocketState
 
 from api.admission import Credential, admit_connection, service_key
-from api.data.schemas import ERROR_RESPONSES, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
+from api.data.schemas import ERROR_RESPONSES, INT64_MAX, BeaconIn, BeaconOut, OkOut, PullIn, PullOut
 from api.deps import Core, Drainer, Reader
 from api.websocket import close_with, deny, error_frame, first_to_finish
 from head.facade import Bucket, Memesh
@@ -194,16 +194,16 @@ async def _read_frames(websocket: WebSocket, memesh: Memesh, credential: Credent
                 or set(frame) != {"ack"}
                 or not isinstance(ack, int)
                 or isinstance(ack, bool)
-                or ack < 0
+                or not 0 <= ack <= INT64_MAX
             ):
-                raise ValidationFailed('frames must be {"ack": N} with N >= 0')
+                raise ValidationFailed('frames must be {"ack": N} with N an int64 >= 0')
             principal = await credential.check()
             try:
                 memesh.charge(principal, Bucket.INBOX)  # an ack frame costs what a pull does
             except RateLimited as exc:
                 await answers.put(error_frame(exc.code, f"{exc.message}; retry in {exc.retry_after} s"))
                 continue
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             await answers.put(_Close(ValidationFailed("frames must be JSON objects")))
             return
         except MemeshError as exc:

@@ -92,6 +92,14 @@ def test_the_stream_sends_acknowledges_and_resumes(server: Server) -> None:
         ws.send("not json")
         error = json.loads(ws.recv(timeout=10))
         assert error["error"]["code"] == "validation"
+    for bad in ("[" * 100_000 + "]" * 100_000, json.dumps({"ack": 2**64})):  # nested past the parser; past int64
+        with connect(ws_url(server), additional_headers={"x-service-key": reader}, open_timeout=10) as ws:
+            [json.loads(ws.recv(timeout=20)) for _ in range(2)]
+            ws.send(bad)
+            assert json.loads(ws.recv(timeout=10))["error"]["code"] == "validation", bad[:20]
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code != 1011  # the client's fault, not ours
     with connect(ws_url(server), additional_headers={"x-service-key": reader}, open_timeout=10) as ws:
         [json.loads(ws.recv(timeout=20)) for _ in range(2)]
         ws.send(b"\x00binary")
