@@ -268,6 +268,7 @@ SHARED_SERVER_FILES = {  # every test file using one of SHARED_FIXTURES: one uni
     "tests/e2e/test_admin_api.py",
     "tests/e2e/test_agent_and_operator.py",
     "tests/e2e/test_cells.py",
+    "tests/e2e/test_http_framing.py",
     "tests/e2e/test_console_browser.py",
     "tests/e2e/test_console_login.py",
     "tests/e2e/test_data_lifecycle_cli.py",
