@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -39,7 +40,7 @@ from head.reembed import ReembedRunner
 from head.request_log import RequestLog
 from head.roster_link import RosterLink
 from head.usage import Quotas, UsageLedger
-from mesh.errors import MemeshError, Unauthorized, Unavailable
+from mesh.errors import MemeshError, RateLimited, Unauthorized, Unavailable
 from mesh.histogram import LATENCY_S, Histogram
 from mesh.identity import Principal
 from mesh.ids import Clock
@@ -141,18 +142,21 @@ class Memesh:
     async def principal(self, key: str | None, client: str | None = None) -> Principal:
         """The principal of ``key`` (Unauthorized when none). A refused key charges ``client``'s
         ``AuthFailures`` bucket; an address whose bucket is empty is RateLimited before any lookup of
-        a key this head does not hold already (a known key is never refused for its neighbours)."""
+        a key this head has not seen authenticate (``IdentityService.vouched``: a key in use is never
+        refused for its neighbours' guessing, also once its cache entry expired)."""
         if not self.heads.started:
             await self.join_heads(2.0)  # once: the cache is trusted only after the roster first answered
         known = self.identity.cached(key)
         if known is not None:
             return known
         address = client or "unknown"
-        self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic(), self._share)
+        if not self.identity.vouched(key):
+            self._buckets.require(Bucket.AUTH_FAILURES.value, address, self._monotonic(), self._share)
         try:
             return await self.identity.authenticate(key)
         except Unauthorized:
-            self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic(), share=self._share)
+            with contextlib.suppress(RateLimited):  # a vouched key refused at a spent address: still a 401
+                self._buckets.charge(Bucket.AUTH_FAILURES.value, address, self._monotonic(), share=self._share)
             raise
 
     async def admit(self, key: str | None, bucket: Bucket, client: str | None = None, cost: float = 1.0) -> Principal:

@@ -69,6 +69,8 @@ from mesh.seam import Directory
 log = logging.getLogger(__name__)
 NEGATIVE_CACHE = 10_000
 NEGATIVE_TTL_S = 60.0
+VOUCHED = 100_000  # key hashes this head saw authenticate, remembered for VOUCHED_S (``vouched``)
+VOUCHED_S = 86_400.0
 
 LIFECYCLE_ACTIONS = ("revoke", "suspend", "reinstate", "rotate")
 _ACTION_KINDS = {
@@ -132,6 +134,7 @@ class IdentityService:
         self._cache: dict[str, tuple[Principal, float]] = {}
         self._hashes_of: dict[str, set[str]] = {}
         self._refused: OrderedDict[str, float] = OrderedDict()  # key hash -> until (monotonic)
+        self._vouched: OrderedDict[str, float] = OrderedDict()  # key hash that authenticated here -> until
         self._watchers: dict[str, set[asyncio.Event]] = {}
         self._epoch = 0  # bumped by every invalidation; an answer fetched across a bump is not cached
         self.fence: CacheFence = _AloneFence()
@@ -144,6 +147,14 @@ class IdentityService:
             return None
         cached = self._cache.get(hash_key(key))
         return cached[0] if cached is not None and cached[1] > self._monotonic() else None
+
+    def vouched(self, key: str | None) -> bool:
+        """True when ``key`` authenticated at this head within ``VOUCHED_S`` and has not been refused since: its
+        lookup is not a guess, so a flood of bad keys from its address does not hold it back (the facade)."""
+        if not key or not looks_like_key(key):
+            return False
+        until = self._vouched.get(hash_key(key))
+        return until is not None and until > self._monotonic()
 
     async def authenticate(self, key: str | None) -> Principal:
         if not key or not looks_like_key(key):
@@ -161,12 +172,17 @@ class IdentityService:
         principal: Principal | None = await self._dir.registry().authenticate(key_hash)
         if principal is None:
             self._cache.pop(key_hash, None)
+            self._vouched.pop(key_hash, None)
             if epoch == self._epoch:
                 self._refused[key_hash] = now + NEGATIVE_TTL_S
                 self._refused.move_to_end(key_hash)
                 while len(self._refused) > NEGATIVE_CACHE:
                     self._refused.popitem(last=False)
             raise Unauthorized("a valid x-service-key is required")
+        self._vouched[key_hash] = now + VOUCHED_S
+        self._vouched.move_to_end(key_hash)
+        while len(self._vouched) > VOUCHED:
+            self._vouched.popitem(last=False)
         if epoch != self._epoch:
             return principal  # a lifecycle change ran meanwhile: answer, but do not cache what may be stale
         if len(self._cache) > 100_000:

@@ -27,7 +27,7 @@ from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.console_sessions import PendingLogin, PendingLogins, address_owner
 from mesh.errors import QuotaExceeded, RateLimited
-from mesh.identity import Principal, Role
+from mesh.identity import Principal, Role, hash_key
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.seam import beacon_set_index
 from mesh.sharding import partition_key, shard_for
@@ -175,10 +175,12 @@ async def test_bogus_keys_are_cached_and_throttled_per_address(make_core: Callab
     calls = 0
     original = registry.authenticate
 
+    refused: set[str] = set()
+
     async def counting(key_hash: str) -> Any:
         nonlocal calls
         calls += 1
-        return await original(key_hash)
+        return None if key_hash in refused else await original(key_hash)
 
     api = Api(core)
     good = await api.key()
@@ -191,8 +193,18 @@ async def test_bogus_keys_are_cached_and_throttled_per_address(make_core: Callab
     limited = await api.send("POST", "/v1/query", bogus, {"text": "x"})
     assert_error(limited, 429, "rate_limited")
     assert calls == 1
-    # The same address's valid key is not refused for its neighbour's guessing.
+    # The same address's valid key is not refused for its neighbour's guessing,
     assert (await api.send("POST", "/v1/query", good, {"text": "x"})).status_code == 200
+    core.identity._cache.clear()  # also once its cache entry expired (every principal_cache_ttl_s)
+    assert (await api.send("POST", "/v1/query", good, {"text": "x"})).status_code == 200
+    assert calls == 2  # looked up again, not refused unasked
+    # while a key this head never saw work waits for the address's bucket, and a vouched key once refused loses it.
+    fresh = await api.key()
+    assert_error(await api.send("POST", "/v1/query", fresh, {"text": "x"}), 429, "rate_limited")
+    core.identity._cache.clear()
+    refused.add(hash_key(good))  # the registry refuses it now (as after a revoke at another head)
+    assert_error(await api.send("POST", "/v1/query", good, {"text": "x"}), 401, "unauthorized")
+    assert_error(await api.send("POST", "/v1/query", good, {"text": "x"}), 429, "rate_limited")
     await api.http.aclose()
     await core.close()
 
