@@ -1,4 +1,4 @@
-"""The HTTP protocol memesh serves with: uvicorn's httptools protocol, whose own refusals use the spec's envelope.
+"""The HTTP and WebSocket protocols memesh serves with: uvicorn's, with two refusals mended.
 
 A request uvicorn cannot parse (a ``Content-Length`` that is not a number, a
 malformed request line, an invalid header) never reaches the application:
@@ -6,14 +6,17 @@ uvicorn answers it 400 itself, in plain text. Spec section 7 says every non-2xx
 answer carries the error envelope, so :class:`EnvelopeHttpToolsProtocol`
 answers those with ``{"error": {"code": "validation", "message": ...}}`` and
 ``content-type: application/json``, then closes the connection as uvicorn does.
-Nothing else of uvicorn's behaviour changes.
+Nothing else of uvicorn's behaviour changes. :class:`DenialAwareWebSocketProtocol` stops
+uvicorn logging an error for every WebSocket handshake the application refuses.
 """
 
 from __future__ import annotations
 
 import json
 
+from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 
 class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
@@ -25,3 +28,15 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         head += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body), b"connection: close\r\n\r\n"]
         self.transport.write(b"".join(head) + body)
         self.transport.close()
+
+
+class DenialAwareWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol, except that a handshake refused with an HTTP answer (the ASGI denial
+    response: a 401 or 429 before the upgrade) counts as a completed handshake. uvicorn 0.54 logs every such
+    refusal at ERROR ("ASGI callable returned without completing handshake"), so anyone without a key could
+    fill the server's log; the answer the client gets is unchanged."""
+
+    async def send(self, message: ASGISendEvent) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            self.handshake_complete = True

@@ -37,7 +37,7 @@ from api.app import create_app
 from api.console.grpc_service import add_admin_service
 from api.console.oidc import ConsoleConfig
 from api.grpc_data.server import DataPlane, DataPlaneConfig, start_data_plane
-from api.http_protocol import EnvelopeHttpToolsProtocol
+from api.http_protocol import DenialAwareWebSocketProtocol, EnvelopeHttpToolsProtocol
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
 from head.facade import Memesh
@@ -259,6 +259,7 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
         ssl_certfile=settings.server.tls_certfile,
         ssl_keyfile=settings.server.tls_keyfile,
         http=EnvelopeHttpToolsProtocol,  # uvicorn's own 400s in the spec's envelope
+        ws=DenialAwareWebSocketProtocol,  # a refused handshake is not a server error in the log
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()

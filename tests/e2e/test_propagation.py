@@ -112,11 +112,13 @@ def test_the_stream_sends_acknowledges_and_resumes(server: Server) -> None:
 
 
 def test_the_stream_refuses_before_the_upgrade(server: Server) -> None:
+    logged = server.output().count("without completing handshake")
     for headers in ({}, {"x-service-key": "msh_" + "n" * 43}):
         with pytest.raises(InvalidStatus) as caught:
             connect(ws_url(server), additional_headers=headers, open_timeout=10)
         assert caught.value.response.status_code == 401
         assert json.loads(caught.value.response.body)["error"]["code"] == "unauthorized"
+    assert server.output().count("without completing handshake") == logged, "a refused handshake logged as an error"
 
 
 def test_pull_errors_over_real_sockets(server: Server) -> None:
