@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
-# RFC 3339 date-time: a date, "T" (or "t" / a space), a time, an optional fraction, and "Z" or a numeric
-# offset. A space before the offset is a "+" that a query string decoded (an unencoded "+00:00").
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+\- ]\d{2}:\d{2})", re.ASCII)
+# RFC 3339 date-time: a date, "T" (or "t" / a space), a time, an optional fraction, and "Z" or a numeric offset.
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+\-]\d{2}:\d{2})", re.ASCII)
 
 
 def rfc3339(ts: datetime) -> str:
@@ -26,6 +25,4 @@ def parse_rfc3339(value: str) -> datetime:
     date, clock, fraction, offset = match.groups()
     if offset in ("Z", "z"):
         offset = "+00:00"
-    elif offset[0] == " ":
-        offset = "+" + offset[1:]
     return datetime.fromisoformat(f"{date}T{clock}{(fraction or '')[:7]}{offset}")

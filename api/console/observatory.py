@@ -55,6 +55,8 @@ def parse_since(value: str | None) -> float | None:
     """``since`` as epoch seconds (None when absent); ValidationFailed unless an RFC 3339 date-time."""
     if value is None:
         return None
+    if len(value) > 6 and value[-6] == " ":  # an unencoded "+00:00" that the query string decoded to " 00:00"
+        value = f"{value[:-6]}+{value[-5:]}"
     try:
         return parse_rfc3339(value).timestamp()
     except ValueError as exc:

@@ -53,6 +53,7 @@ async def test_a_beacon_expiry_is_bounded_and_the_next_start_loads_it(make_core:
         (str(int(datetime.now(UTC).timestamp()) + 3600), 400),  # epoch seconds as a string
         (f"{next_year}-01-01T00:00:00", 400),  # no offset
         (f"{next_year}-01-01", 400),  # a date alone
+        (f"{next_year}-01-01T00:00:00 05:00", 400),  # a space for the offset's sign (only a query string decodes "+" so)
     ):
         body = {"interest": "x", "expires_at": not_a_time}
         assert_error(await api.send("POST", "/v1/beacons", key, body), status, "validation")
