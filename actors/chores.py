@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -31,7 +30,7 @@ class Periodic:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        while True:
+        while self._task is asyncio.current_task():  # not only the cancel: a chore may swallow it (3.11's wait_for can)
             await asyncio.sleep(self._interval_s)
             try:
                 await self._chore()
@@ -42,8 +41,7 @@ class Periodic:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait([task])
 
 
 class Background:

@@ -75,8 +75,9 @@ class HeadRoster:
                     self._acked.notify_all()
                 if changes or seen < 0 or time.monotonic() >= deadline:  # a joining head hears back at once
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), deadline - time.monotonic())
+                with contextlib.suppress(TimeoutError):  # asyncio.timeout, not wait_for: 3.11's can swallow a cancel
+                    async with asyncio.timeout(deadline - time.monotonic()):
+                        await self._changed.wait()
         return self._roster.version, changes, len(self._roster.live(time.monotonic())), self.life
 
     async def publish(self, agent_id: str, timeout_s: float, publisher: str = "") -> int:
@@ -104,7 +105,8 @@ class HeadRoster:
                 if remaining <= 0:
                     raise Unavailable(f"heads {lagging()} did not acknowledge a credential change")
                 with contextlib.suppress(TimeoutError):  # wake on each acknowledgement, and every 100 ms (leases run out)
-                    await asyncio.wait_for(self._acked.wait(), min(remaining, 0.1))
+                    async with asyncio.timeout(min(remaining, 0.1)):
+                        await self._acked.wait()
         return waited
 
     async def leave(self, head_id: str) -> int:

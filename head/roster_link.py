@@ -63,6 +63,7 @@ class RosterLink:
         self._seen = -1
         self._life: str | None = None  # the roster life that answered last
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._polled = asyncio.Event()
 
     def fresh(self) -> bool:
@@ -82,7 +83,7 @@ class RosterLink:
             await asyncio.wait_for(self._polled.wait(), timeout_s)
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:  # not only the cancel: Python 3.11's wait_for can swallow one (a poll answered as it came)
             sent = self._monotonic()
             try:
                 version, changes, heads, life = await self._roster().poll(self.head_id, self._seen, self._poll_s)
@@ -116,10 +117,10 @@ class RosterLink:
 
     async def close(self) -> int:
         """Leave the roster; the live heads left (0 when the roster does not answer: this head acts as the last)."""
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await asyncio.wait([self._task])  # its end, not its CancelledError (a cancel of close itself still raises)
             self._task = None
         try:
             return await asyncio.wait_for(self._roster().leave(self.head_id), 5.0)

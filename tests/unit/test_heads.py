@@ -202,3 +202,17 @@ async def test_a_restarted_roster_confirms_no_change_before_one_lease_has_passed
     assert loop.time() - started >= 0.45
     with pytest.raises(Unavailable):
         await HeadRoster(HeadRosterConfig(lease_s=0.5), restarted=True).publish("agent-2", 0.1)
+
+
+async def test_a_head_closes_right_after_a_credential_change_it_made(make_core: Callable[..., Memesh]) -> None:
+    """The head's roster poll was answered by its own revoke just as close cancelled it: Python 3.11's
+    ``wait_for`` returned the answer and dropped the cancel, and the poll loop ran on, so close never returned."""
+    core = make_core()
+    issued = await core.identity.issue(ADMIN, "t1", "a", ["Writer"], None)
+    await core.principal(issued.plaintext_secret)
+    await core.identity.apply(ADMIN, issued.agent.id, "revoke")
+    started = time.monotonic()
+    closing = asyncio.ensure_future(core.close())
+    await asyncio.wait([closing], timeout=10)  # its cancel could be swallowed as the poll's was: timed, not cancelled
+    assert closing.done(), "close did not return"
+    assert time.monotonic() - started < 5
