@@ -80,7 +80,8 @@ class GroupCommitter(Generic[T]):
             idle = self._adaptive and time.monotonic() - self._last_flush_end >= self._window_s
             if not self._hurry.is_set() and self._window_s > 0 and not self._urgent and not idle:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._hurry.wait(), self._window_s)
+                    async with asyncio.timeout(self._window_s):
+                        await self._hurry.wait()
             self._hurry.clear()
             batch, self._pending = self._pending, _Batch()
             assert batch.done is not None

@@ -297,7 +297,8 @@ class InboxShard:
             return inbox.committed
         signal = self._signals.setdefault(agent_id, asyncio.Event())
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(signal.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await signal.wait()
         return inbox.committed
 
     # ------------------------------------------------------------------- erase

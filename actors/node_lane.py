@@ -188,7 +188,8 @@ class LaneServer:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+                async with asyncio.timeout(2.0):
+                    await self._server.wait_closed()
         if self._path is not None:
             with contextlib.suppress(OSError):
                 self._path.unlink()
@@ -196,7 +197,8 @@ class LaneServer:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._connections.add(writer)
         try:
-            token = await asyncio.wait_for(reader.readexactly(TOKEN_BYTES), 5.0)
+            async with asyncio.timeout(5.0):
+                token = await reader.readexactly(TOKEN_BYTES)
             if not hmac.compare_digest(token, self._token):
                 log.warning("a lane connection without its token was refused")
                 return
@@ -251,7 +253,8 @@ class LaneClient:
 
     @classmethod
     async def open(cls, name: str, address: LaneAddress, timeout_s: float = 5.0) -> LaneClient:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(address.path), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_unix_connection(address.path)
         writer.write(address.token)
         return cls(name, reader, writer)
 

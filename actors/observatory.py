@@ -144,7 +144,8 @@ class Observatory:
             if self._changed is None:
                 self._changed = asyncio.Event()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), wait)
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
         self._age_out(self._clock())
         start = self._from(after_seq)
         chosen = [(e.seq, e.event) for e in islice(self._entries, start, start + max(0, limit))]

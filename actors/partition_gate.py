@@ -57,7 +57,8 @@ class PartitionGate:
         if self._open.is_set() or _IN_OPERATION.get():
             return
         try:
-            await asyncio.wait_for(self._open.wait(), self.max_wait_s)
+            async with asyncio.timeout(self.max_wait_s):
+                await self._open.wait()
         except TimeoutError:
             raise Unavailable("partitions are moving between actors; retry shortly") from None
 
@@ -116,7 +117,8 @@ class PartitionGate:
         self._open.clear()
         deadline = time.monotonic() + drain_s
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), max(0.0, deadline - time.monotonic()))
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                await self._idle.wait()
         return self._idle.is_set()
 
     def release(self) -> None:

@@ -34,7 +34,8 @@ async def tell_walkers(
     async def tell(walker: int) -> None:
         for attempt in range(attempts):
             try:
-                await asyncio.wait_for(directory.walker(walker).note_presence(owner[0], owner[1], tenants), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await directory.walker(walker).note_presence(owner[0], owner[1], tenants)
                 return
             except (MemeshError, TimeoutError) as exc:  # not serving: its start pulls instead
                 log.info("walker %d not told of %s:%d (%s)", walker, owner[0], owner[1], exc)

@@ -204,7 +204,8 @@ class Propagator:
             for attempt in range(attempts):
                 try:
                     actor = directory.beacon_set(index) if kind == "beacon_set" else directory.scene_shard(index)
-                    tenants = await asyncio.wait_for(actor.tenants(), timeout_s)
+                    async with asyncio.timeout(timeout_s):
+                        tenants = await actor.tenants()
                     break
                 except (MemeshError, TimeoutError) as exc:  # not created yet, restarting, busy: asked again
                     log.info("presence of %s:%d not known yet (%s)", kind, index, exc)

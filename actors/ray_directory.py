@@ -217,7 +217,8 @@ class RayDirectory(TypedDirectory):
         """Drain (bounded) and kill every scene shard, beacon set and inbox shard of the current epoch."""
         actors = [a for a in partitioned_actors(self) if isinstance(a, RayActor)]
         with self.gate.passing(), contextlib.suppress(Exception):  # a dead actor has nothing left to drain
-            await asyncio.wait_for(retire_partitioned(self), 30)
+            async with asyncio.timeout(30):
+                await retire_partitioned(self)
         for actor in actors:
             with contextlib.suppress(Exception):  # already gone is what we want
                 ray.kill(actor.handle, no_restart=True)
@@ -234,7 +235,8 @@ class RayDirectory(TypedDirectory):
         self._prepared = {n: self._handles[n] for n in (self._named(name, spec.epoch) for name in partitioned)}
         with contextlib.suppress(Exception):  # one that does not boot in time is waited for at its first call
             booted = [handle.__ray_call__.remote(warm_up) for handle in self._prepared.values()]
-            await asyncio.wait_for(asyncio.gather(*booted), 120)
+            async with asyncio.timeout(120):
+                await asyncio.gather(*booted)
 
     def discard_prepared(self) -> None:
         """Kill the actors ``prepare_partitions`` started (the move they were for did not happen)."""
@@ -294,7 +296,8 @@ class RayDirectory(TypedDirectory):
             return
         actors = every_actor(self)
         with contextlib.suppress(Exception):  # best effort: a dead actor has nothing left to drain
-            await asyncio.wait_for(asyncio.gather(*(a.close() for a in actors), return_exceptions=True), 30)
+            async with asyncio.timeout(30):
+                await asyncio.gather(*(a.close() for a in actors), return_exceptions=True)
         for handle in self._handles.values():
             with contextlib.suppress(Exception):  # already gone is fine at shutdown
                 ray.kill(handle, no_restart=True)

@@ -178,6 +178,7 @@ class Credential:
         """Returns never; raises Unauthorized as soon as the key fails."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), recheck_s)
+                async with asyncio.timeout(recheck_s):
+                    await self._changed.wait()
             self._changed.clear()
             await self.check()

@@ -262,7 +262,8 @@ def install_metrics(app: FastAPI, memesh: Memesh, token: str | None = None) -> C
             return error_response(401, ErrorCode.UNAUTHORIZED, "a valid bearer token is required")
         await memesh.observatory.refresh_stats(REFRESH_TIMEOUT_S)
         with contextlib.suppress(TimeoutError, MemeshError):  # on failure the last figures stay
-            service.health = await asyncio.wait_for(memesh.health(REFRESH_TIMEOUT_S, cached=True), REFRESH_TIMEOUT_S * 2)
+            async with asyncio.timeout(REFRESH_TIMEOUT_S * 2):
+                service.health = await memesh.health(REFRESH_TIMEOUT_S, cached=True)
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     return registry

@@ -86,7 +86,8 @@ class AccessTimes:
             while shard in self._pending:
                 if not self._closing.is_set():  # a search may take them meanwhile
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._closing.wait(), self._linger_s)
+                        async with asyncio.timeout(self._linger_s):
+                            await self._closing.wait()
                 if shard not in self._pending:
                     break
                 held, latest = self._pending.pop(shard)
@@ -99,4 +100,5 @@ class AccessTimes:
         running = list(self._running.values())
         if running:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*running, return_exceptions=True), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await asyncio.gather(*running, return_exceptions=True)

@@ -192,9 +192,8 @@ class Memesh:
     async def _check_health(self, timeout_s: float) -> dict[str, Any]:
         spec = self.directory.spec
         try:
-            answers = await asyncio.wait_for(
-                asyncio.gather(*(actor.health() for actor in every_actor(self.directory))), timeout_s
-            )
+            async with asyncio.timeout(timeout_s):
+                answers = await asyncio.gather(*(actor.health() for actor in every_actor(self.directory)))
         except (TimeoutError, MemeshError) as exc:
             raise Unavailable("an actor did not answer") from exc
         self._count_restarts(answers)

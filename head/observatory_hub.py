@@ -130,7 +130,8 @@ class Subscription:
         if not self._queue and not self.ended:
             self._ready.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._ready.wait(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self._ready.wait()
         items: list[Item] = []
         while self._queue and len(items) < limit:
             item = self._queue.popleft()
@@ -165,7 +166,8 @@ class ObservatoryHub:
     async def _ask(self, call: Awaitable[T], wait_s: float = 0.0) -> T:
         """``call`` to the Observatory, given up (TimedOut) after its own wait plus ``call_timeout_s``."""
         try:
-            return await asyncio.wait_for(call, wait_s + self.config.call_timeout_s)
+            async with asyncio.timeout(wait_s + self.config.call_timeout_s):
+                return await call
         except TimeoutError as exc:
             raise TimedOut("the observatory did not answer in time") from exc
 
@@ -292,7 +294,8 @@ class ObservatoryHub:
     async def refresh_stats(self, timeout_s: float) -> None:
         """Fetch the Observatory's counts for /metrics; on failure the last ones stay."""
         try:
-            stats = await asyncio.wait_for(self._directory.observatory().stats(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                stats = await self._directory.observatory().stats()
         except (TimeoutError, MemeshError) as exc:
             log.debug("observatory stats not refreshed: %s", exc)
             return

@@ -80,7 +80,8 @@ class RosterLink:
     async def joined(self, timeout_s: float = 10.0) -> None:
         """Return once the first poll has been answered (or after ``timeout_s``; the head then starts fenced)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._polled.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._polled.wait()
 
     async def _run(self) -> None:
         while not self._closing:  # not only the cancel: Python 3.11's wait_for can swallow one (a poll answered as it came)
@@ -123,6 +124,7 @@ class RosterLink:
             await asyncio.wait([self._task])  # its end, not its CancelledError (a cancel of close itself still raises)
             self._task = None
         try:
-            return await asyncio.wait_for(self._roster().leave(self.head_id), 5.0)
+            async with asyncio.timeout(5.0):
+                return await self._roster().leave(self.head_id)
         except (MemeshError, TimeoutError):
             return 0

@@ -100,6 +100,24 @@ def test_no_module_outgrows_450_lines() -> None:
     assert not long, long
 
 
+def test_no_timeout_is_asyncio_wait_for() -> None:
+    """On Python 3.11, ``asyncio.wait_for`` returns its awaitable's result and drops a cancel that arrives
+    as that awaitable completes (CPython gh-86296; 3.12 rebuilt it on ``asyncio.timeout``): a loop that
+    only a cancel stops then runs on, and whoever awaits its end waits forever (a head's close did).
+    Timeouts are ``async with asyncio.timeout(...)``, which keeps the cancel."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for pkg in ALLOWED
+        for path in modules(pkg)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "wait_for"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "asyncio"
+    ]
+    assert not offenders, offenders
+
+
 def test_the_client_sdk_stands_alone() -> None:
     """sdk/ installs on its own: it imports none of the service's packages, only its three dependencies."""
     stdlib = set(sys.stdlib_module_names)
