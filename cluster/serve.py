@@ -34,7 +34,7 @@ from fastapi import FastAPI
 from actors.heap import keep_pauses_short
 from api.a2a.card import A2aConfig
 from api.app import create_app
-from api.console.grpc_service import add_admin_service
+from api.console.grpc_service import add_admin_service, admin_interceptors
 from api.console.oidc import ConsoleConfig
 from api.grpc_data.server import DataPlane, DataPlaneConfig, start_data_plane
 from api.http_protocol import DenialAwareWebSocketProtocol, EnvelopeHttpToolsProtocol
@@ -202,7 +202,10 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         nonlocal grpc_server, data_plane
         if settings.server.grpc_enabled:
-            grpc_server = grpc.aio.server(options=[("grpc.so_reuseport", int(_shares_ports(settings)))])
+            grpc_server = grpc.aio.server(
+                interceptors=admin_interceptors(memesh),
+                options=[("grpc.so_reuseport", int(_shares_ports(settings)))],
+            )
             add_admin_service(grpc_server, memesh)
             address = f"{settings.server.grpc_host}:{settings.server.grpc_port}"
             server_settings = settings.server

@@ -10,13 +10,14 @@ audit row), then runs one use case. Errors map through the one table in
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
 from api.admission import admit_grpc
 from api.console.schemas import AgentOut
 from api.errors import grpc_status
+from api.grpc_data.undecodable import UndecodableRequests
 from head.facade import Bucket, Memesh
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.erasure import parse_reason, parse_scope
@@ -32,6 +33,12 @@ def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
     return admin_pb2.AgentRecord(**AgentOut.of(agent).model_dump())
 
 
+async def refuse(context: grpc.aio.ServicerContext, exc: MemeshError) -> NoReturn:
+    """End an admin call with ``exc``: the table's status, details ``"<code>: <message>"``."""
+    await context.abort(grpc_status(exc), f"{exc.code}: {exc.message}")
+    raise AssertionError("context.abort returned")  # unreachable: abort raises
+
+
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     def __init__(self, memesh: Memesh) -> None:
         self.memesh = memesh
@@ -42,8 +49,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             await self.memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
             return await work(principal)
         except MemeshError as exc:
-            await context.abort(grpc_status(exc), f"{exc.code}: {exc.message}")
-            raise  # unreachable: abort raises
+            await refuse(context, exc)
 
     async def IssueAgent(self, request: admin_pb2.IssueAgentRequest, context: Any) -> admin_pb2.IssuedCredential:  # noqa: N802
         async def work(p: Principal) -> admin_pb2.IssuedCredential:
@@ -171,6 +177,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
             )
 
         return await self._run(context, work)
+
+
+def admin_interceptors(memesh: Memesh) -> list[grpc.aio.ServerInterceptor]:
+    """The admin listener's interceptors: a body that is not its message is ``validation`` (after the key and
+    the admin role, as every call), never gRPC's UNKNOWN."""
+
+    async def admins_only(principal: Principal) -> None:
+        await memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
+
+    return [UndecodableRequests(memesh, Bucket.ADMIN, admins_only, refuse)]
 
 
 def add_admin_service(server: grpc.aio.Server, memesh: Memesh) -> None:

@@ -34,8 +34,9 @@ from grpc_reflection.v1alpha import reflection
 from api.grpc_data.call_metrics import CallMetrics
 from api.grpc_data.servicer import DataServicer
 from api.grpc_data.stream import InboxStreams
+from api.grpc_data.undecodable import UndecodableRequests
 from api.partition_hold import GrpcPartitionHold
-from head.facade import Memesh
+from head.facade import Bucket, Memesh
 from memesh_proto import data_pb2, data_pb2_grpc
 from mesh.errors import ConfigInvalid, MemeshError
 
@@ -116,7 +117,11 @@ class DataPlane:
 async def start_data_plane(memesh: Memesh, config: DataPlaneConfig) -> DataPlane:
     """Bind and start the listener; ConfigInvalid when its address cannot be bound."""
     server = grpc.aio.server(
-        interceptors=[CallMetrics(memesh.requests), GrpcPartitionHold(memesh.directory.gate)],
+        interceptors=[
+            CallMetrics(memesh.requests),
+            GrpcPartitionHold(memesh.directory.gate),
+            UndecodableRequests(memesh, Bucket.READ),
+        ],
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[
             ("grpc.so_reuseport", int(config.share_port)),  # else a port another process holds is refused

@@ -224,6 +224,43 @@ def test_requests_rest_refuses_are_refused_with_the_field(server: Server, stub: 
     assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["limit"]
 
 
+def test_a_body_that_is_not_its_message_is_invalid_argument_never_unknown(server: Server, channel: grpc.Channel) -> None:
+    """grpcio answered a deserializer's DecodeError as UNKNOWN, with the decoder's text and an ERROR traceback
+    per call, key or none; the admin service alike."""
+    writer = auth(server.issue("grpc-bytes", "Writer", "b")["plaintext_secret"])
+    admin = auth(server.key_file.read_text().strip())
+    text_field = pb.RetrieveRequest.DESCRIPTOR.fields_by_name["text"].number
+    not_utf8 = bytes([text_field << 3 | 2, 2, 0xFF, 0xFE])  # a string field whose bytes are not UTF-8
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as admin_channel:
+        calls = [
+            (channel.unary_unary(f"/{SERVICE}/Query"), writer),
+            (channel.unary_unary(f"/{SERVICE}/WriteCell"), writer),
+            (admin_channel.unary_unary("/memesh.admin.v1.AdminService/GetAgent"), admin),
+        ]
+        for call, md in calls:
+            for body in (b"\xff\xff", not_utf8):
+                with pytest.raises(grpc.RpcError) as caught:
+                    call(body, metadata=md, timeout=30)
+                error = caught.value
+                assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error  # type: ignore[attr-defined]
+                assert "Decode" not in error.details() and "Request" not in error.details()  # type: ignore[attr-defined]
+                if md is writer:  # the data plane's rich status (the admin service's details are "<code>: ...")
+                    assert reason(rpc_status.from_call(error)) == "VALIDATION"  # type: ignore[arg-type]
+                else:
+                    assert error.details().startswith("validation: ")  # type: ignore[attr-defined]
+            with pytest.raises(grpc.RpcError) as caught:  # no key: refused for its key first, as any call
+                call(b"\xff\xff", timeout=30)
+            assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+        with pytest.raises(grpc.RpcError) as caught:  # the admin service: admins only, first
+            calls[2][0](b"\xff\xff", metadata=writer, timeout=30)
+        assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED  # type: ignore[attr-defined]
+    stream = channel.unary_stream(f"/{SERVICE}/StreamInbox")(b"\xff\xff", metadata=writer, timeout=30)
+    with pytest.raises(grpc.RpcError) as ended:
+        next(iter(stream))
+    assert ended.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
+    assert "DecodeError" not in server.output()
+
+
 def test_the_key_and_its_bearer_alias_and_nothing_else(server: Server, stub: data_pb2_grpc.DataServiceStub) -> None:
     key = server.issue("grpc-auth", "Writer", "a")["plaintext_secret"]
     error, rich = refusal(stub.Recall, pb.RetrieveRequest(text="anything"))
