@@ -26,6 +26,8 @@ from typing import Annotated, Any, ClassVar
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr, ValidationError
 from pydantic_core import PydanticCustomError
 
+from api.data.schemas import INT32_MAX, INT64_MAX
+from api.ids import Id
 from head.facade import Bucket, Memesh
 from mesh.identity import Principal
 from mesh.model import CellType, Layer, NewCell
@@ -68,7 +70,7 @@ class Search(Operation):
     text: Text
     k: Annotated[Whole, Field(ge=1)] = 10
     cell_types: list[CellType] | None = None
-    scene_id: StrictStr | None = None
+    scene_id: Id | None = None
     source_agent: StrictStr | None = None
     layer: Layer | None = None
     ranking: Ranking | None = None
@@ -110,8 +112,8 @@ class WriteCell(Operation):
     salience: Annotated[Number, Field(ge=0.0, le=1.0)] = 0.5
     layer: Layer | None = None
     project_id: StrictStr | None = None
-    session_id: StrictStr | None = None
-    scene_id: StrictStr | None = None
+    session_id: Id | None = None
+    scene_id: Id | None = None
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
         spec = NewCell(
@@ -139,7 +141,7 @@ class OpenSession(Operation):
 class CloseSession(Operation):
     op = "close_session"
     bucket = Bucket.WRITE
-    session_id: Text
+    session_id: Id
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
         await memesh.memory.close_session(principal, self.session_id)
@@ -159,7 +161,7 @@ class PlaceBeacon(Operation):
 class RemoveBeacon(Operation):
     op = "remove_beacon"
     bucket = Bucket.READ
-    node_id: Text
+    node_id: Id
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
         await memesh.inbox.remove_beacon(principal, self.node_id)
@@ -169,7 +171,7 @@ class RemoveBeacon(Operation):
 class GetScene(Operation):
     op = "get_scene"
     bucket = Bucket.READ
-    scene_id: Text
+    scene_id: Id
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
         scene = await memesh.memory.get_scene(principal, self.scene_id)
@@ -185,9 +187,9 @@ class GetScene(Operation):
 class PullInbox(Operation):
     op = "pull_inbox"
     bucket = Bucket.INBOX
-    since: Annotated[Whole, Field(ge=0)] | None = None
-    ack: Annotated[Whole, Field(ge=0)] | None = None
-    limit: Annotated[Whole, Field(ge=0)] | None = None
+    since: Annotated[Whole, Field(ge=0, le=INT64_MAX)] | None = None  # REST's bounds (PullIn)
+    ack: Annotated[Whole, Field(ge=0, le=INT64_MAX)] | None = None
+    limit: Annotated[Whole, Field(ge=0, le=INT32_MAX)] | None = None
     include_embeddings: StrictBool = False
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:

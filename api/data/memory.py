@@ -98,7 +98,7 @@ async def get_cell(cell_id: UUID, principal: Reader, core: Core) -> Response:
 @router.delete("/cells/{cell_id}", response_model=OkOut, tags=["cells"], summary="Delete a cell you wrote")
 async def delete_cell(cell_id: UUID, principal: Writer, core: Core) -> OkOut:
     """A tombstone: the cell leaves query, recall and reads at once. The writer or an admin of the tenant;
-    a second delete is 404."""
+    a second delete is a no-op (200), as spec section 3 says of a tombstoned node."""
     await core.cells.delete(principal, str(cell_id))
     return OkOut()
 

@@ -149,10 +149,8 @@ def push_middleware(memesh: Memesh, watches: InboxWatches) -> ServerMiddleware[A
         params = ctx.params or {}
         if principal is None or ctx.method not in (LISTEN, *NAMING_A_RESOURCE):
             return await call_next(ctx)
-        if ctx.method in NAMING_A_RESOURCE:
-            uri = str(params.get("uri", ""))
-            if uri.startswith("memesh://"):
-                _refuse_foreign(principal, [uri])
+        if ctx.method in NAMING_A_RESOURCE:  # the caller's inbox is the only resource: any other URI is refused
+            _refuse_foreign(principal, [str(params.get("uri", ""))])
             return await call_next(ctx)
         wanted = params.get("notifications") or {}
         uris = wanted.get("resourceSubscriptions") or [] if isinstance(wanted, dict) else []

@@ -30,7 +30,10 @@ from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnno
 from pydantic import BaseModel, Field, ValidationError
 
 from api.cursors import decode_cursor, encode_cursor
+from api.data.schemas import INT32_MAX, INT64_MAX
 from api.errors import describe
+from api.ids import Id
+from api.mcp.coded_errors import coded_errors
 from api.mcp.push import InboxWatches, add_inbox_resource, protocol_error, push_middleware
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError, RateLimited, Unauthorized
@@ -179,11 +182,14 @@ RankingParam = Annotated[
 
 class MemeshMCPServer(MCPServer):
     """The SDK's server, with arguments that fail a tool's input schema refused as ``validation: ...``
-    (the SDK's own text would be ``Error executing tool ...``), like every other refusal."""
+    (the SDK's own text would be ``Error executing tool ...``) and an unknown tool as ``not_found: ...``,
+    like every other refusal."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if self._tool_manager.get_tool(name) is None:  # the SDK's own text: "Unknown tool: ..."
+            raise ToolError(f"not_found: no tool named {name[:200]!r}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -221,7 +227,10 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
     """The tool set over ``memesh``'s use cases, its listen streams fed by ``bus`` (``watches`` publishes
     each agent's inbox updates there)."""
     server = MemeshMCPServer(
-        "memesh", instructions=INSTRUCTIONS, middleware=[_metered(memesh), push_middleware(memesh, watches)], subscriptions=bus
+        "memesh",
+        instructions=INSTRUCTIONS,
+        middleware=[coded_errors(), _metered(memesh), push_middleware(memesh, watches)],
+        subscriptions=bus,
     )
     add_inbox_resource(server, memesh)
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -236,7 +245,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
             text: Text,
             k: K = 10,
             cell_types: Types = None,
-            scene_id: str | None = None,
+            scene_id: Id | None = None,
             source_agent: str | None = None,
             layer: Layer | None = None,
             ranking: RankingParam = None,
@@ -257,8 +266,8 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         salience: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5,
         layer: Layer | None = None,
         project_id: str | None = None,
-        session_id: str | None = None,
-        scene_id: str | None = None,
+        session_id: Id | None = None,
+        scene_id: Id | None = None,
     ) -> Written:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.WRITE)
@@ -276,7 +285,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
 
     @server.tool(description="Read one cell by id (the node_id `recall` and `query` return).", annotations=read_only)
     @_coded
-    async def get_cell(ctx: Context, node_id: str) -> CellView:
+    async def get_cell(ctx: Context, node_id: Id) -> CellView:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.READ)
         return CellView.of(await memesh.cells.get(principal, node_id))
@@ -291,7 +300,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         project_id: str | None = None,
         cell_types: Types = None,
         layer: Layer | None = None,
-        scene_id: str | None = None,
+        scene_id: Id | None = None,
         source_agent: str | None = None,
         include_superseded: bool = False,
         cursor: Annotated[str | None, Field(max_length=256)] = None,
@@ -313,7 +322,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         annotations=ToolAnnotations(destructive_hint=True, idempotent_hint=False),
     )
     @_coded
-    async def delete_cell(ctx: Context, node_id: str) -> Ok:
+    async def delete_cell(ctx: Context, node_id: Id) -> Ok:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.WRITE)
         await memesh.cells.delete(principal, node_id)
@@ -330,7 +339,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         description="Close one of your sessions (closing it again is a no-op).", annotations=ToolAnnotations(idempotent_hint=True)
     )
     @_coded
-    async def close_session(ctx: Context, session_id: str) -> Ok:
+    async def close_session(ctx: Context, session_id: Id) -> Ok:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.WRITE)
         await memesh.memory.close_session(principal, session_id)
@@ -349,7 +358,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
 
     @server.tool(description="Remove one of your beacons.", annotations=ToolAnnotations(idempotent_hint=True))
     @_coded
-    async def remove_beacon(ctx: Context, node_id: str) -> Ok:
+    async def remove_beacon(ctx: Context, node_id: Id) -> Ok:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.READ)
         await memesh.inbox.remove_beacon(principal, node_id)
@@ -357,7 +366,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
 
     @server.tool(description="Read a scene: its summary and member cell ids.", annotations=read_only)
     @_coded
-    async def get_scene(ctx: Context, scene_id: str) -> SceneView:
+    async def get_scene(ctx: Context, scene_id: Id) -> SceneView:
         principal = _caller(ctx)
         memesh.charge(principal, Bucket.READ)
         scene = await memesh.memory.get_scene(principal, scene_id)
@@ -373,9 +382,9 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
     @_coded
     async def pull_inbox(
         ctx: Context,
-        since: Annotated[int | None, Field(ge=0)] = None,
-        ack: Annotated[int | None, Field(ge=0)] = None,
-        limit: Annotated[int | None, Field(ge=0)] = None,
+        since: Annotated[int | None, Field(ge=0, le=INT64_MAX)] = None,  # REST's bounds (PullIn)
+        ack: Annotated[int | None, Field(ge=0, le=INT64_MAX)] = None,
+        limit: Annotated[int | None, Field(ge=0, le=INT32_MAX)] = None,
         include_embeddings: bool = False,
     ) -> dict[str, Any]:
         principal = _caller(ctx)

@@ -63,6 +63,12 @@ def test_numbers_arrive_as_doubles_and_integral_ones_are_integers() -> None:
         ({"op": "write_cell", "content": "c", "cell_type": "Gossip"}, "cell_type", "Input should be"),
         ({"op": "write_cell", "content": "c", "cell_type": "Fact", "salience": 1.5}, "salience", "less than or equal to 1"),
         ({"op": "pull_inbox", "ack": -1}, "ack", "greater than or equal to 0"),
+        ({"op": "pull_inbox", "ack": 2.0**70}, "ack", "less than or equal to 9223372036854775807"),  # REST's int64
+        ({"op": "pull_inbox", "limit": 2.0**40}, "limit", "less than or equal to 2147483647"),
+        ({"op": "get_scene", "scene_id": "nope"}, "scene_id", "valid UUID"),  # as REST's path and gRPC's field
+        ({"op": "recall", "text": "x", "scene_id": "nope"}, "scene_id", "valid UUID"),
+        ({"op": "remove_beacon", "node_id": "x"}, "node_id", "valid UUID"),
+        ({"op": "close_session", "session_id": 5.0}, "session_id", "valid string"),
         ({"op": "pull_inbox", "include_embeddings": "yes"}, "include_embeddings", "valid boolean"),
         ({"op": "consolidate_scene", "scene_id": "s"}, "op", "must be one of"),
         ({"text": "no op"}, "op", "must be one of"),
@@ -87,6 +93,13 @@ def test_a_bad_message_is_invalid_params_with_field_violations() -> None:
     ):
         with pytest.raises(InvalidParamsError, match=r"^validation: parts: "):
             operation_of(message(*parts))
+
+
+def test_an_id_is_read_as_a_uuid_in_any_spelling_and_written_as_memesh_writes_it() -> None:
+    scene = "01A2444F-6918-7050-AE72-C0A7FE45948A"
+    for spelling in (scene, "{" + scene + "}", "urn:uuid:" + scene.lower()):
+        parsed = parse_operation({"op": "get_scene", "scene_id": spelling})
+        assert parsed.scene_id == scene.lower()  # type: ignore[attr-defined]
 
 
 def test_text_is_a_recall_and_a_data_part_wins_over_commentary() -> None:

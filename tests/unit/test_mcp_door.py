@@ -124,3 +124,53 @@ async def test_only_post_is_served_and_nothing_holds_a_connection_open(core: Mem
     assert_error(await http.post("/mcp", json={"pad": "x" * 2048}, headers=headers), 400, "validation")
     await http.aclose()
     await app.state.mcp.close()
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_sdks_own_refusals_start_with_the_spec_code_too(core: Memesh, era: str) -> None:
+    """The SDK answered an unknown prompt with code 0 (and an ERROR traceback), an unknown tool, a resource
+    that is not the caller's inbox and params of the wrong type in its own words, with no spec code."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    async with mcp_client(app, {"x-service-key": key}, era) as mcp:
+        with pytest.raises(MCPError, match=r"^not_found: ") as refused:
+            await mcp.get_prompt("x")
+        assert refused.value.code == -32602
+        unknown = await mcp.call_tool("consolidate_scene", {})
+        assert unknown.is_error and unknown.content[0].text.startswith("not_found: ")
+        with pytest.raises(MCPError, match=r"^forbidden: "):
+            await mcp.read_resource("file:///etc/passwd")
+        for arguments, field in (
+            ({"ack": 2**70}, "ack"),  # REST's int64 bound, as /v1/inbox:pull and the WebSocket refuse it
+            ({"limit": 2**40}, "limit"),
+        ):
+            refused_pull = await mcp.call_tool("pull_inbox", arguments)
+            assert refused_pull.is_error and refused_pull.content[0].text.startswith(f"validation: {field}:")
+        for tool, arguments, field in (  # an id is a UUID, as REST's path and gRPC's field: never not_found or []
+            ("get_cell", {"node_id": "bad"}, "node_id"),
+            ("delete_cell", {"node_id": "bad"}, "node_id"),
+            ("get_scene", {"scene_id": "bad"}, "scene_id"),
+            ("recall", {"text": "x", "scene_id": "nope"}, "scene_id"),
+            ("close_session", {"session_id": "x"}, "session_id"),
+            ("remove_beacon", {"node_id": "x"}, "node_id"),
+        ):
+            refused_id = await mcp.call_tool(tool, arguments)
+            assert refused_id.is_error and refused_id.content[0].text.startswith(f"validation: {field}:"), refused_id
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
+    headers = {"x-service-key": key, "accept": "application/json, text/event-stream"}
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}
+    opened = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}, headers=headers)
+    headers |= {"mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
+    other = (await core.identity.issue(ADMIN, "t1", "other", ["Writer"])).agent.id
+    for method, params, start in (
+        ("resources/subscribe", {"uri": "file:///etc/passwd"}, "forbidden: "),
+        ("resources/subscribe", {"uri": f"MEMESH://agents/{other}/inbox"}, "forbidden: "),
+        ("tools/call", {"name": 5, "arguments": {}}, "validation: "),
+        ("tools/call", {"name": "recall", "arguments": [1]}, "validation: "),
+    ):
+        answer = (
+            await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+        ).json()
+        assert answer["error"]["code"] == -32602 and answer["error"]["message"].startswith(start), answer
+    await http.aclose()
+    await app.state.mcp.close()
