@@ -40,7 +40,7 @@ from head.reembed import ReembedRunner
 from head.request_log import RequestLog
 from head.roster_link import RosterLink
 from head.usage import Quotas, UsageLedger
-from mesh.errors import MemeshError, RateLimited, Unauthorized, Unavailable
+from mesh.errors import MemeshError, RateLimited, Unauthorized, Unavailable, ValidationFailed
 from mesh.histogram import LATENCY_S, Histogram
 from mesh.identity import Principal
 from mesh.ids import Clock
@@ -88,6 +88,7 @@ class Memesh:
         reembed moves the corpus to (default: the serving engine, re-run in place)."""
         self.directory = directory
         self.embedder = embedder
+        self._max_batch_cells = limits.max_batch_cells
         # the partition layout in force and the moves this head's start made (set by cluster.compose)
         self.partitions = Settled(Layout({}))
         ids = system_ids(clock)
@@ -171,6 +172,13 @@ class Memesh:
     def charge(self, principal: Principal, bucket: Bucket, cost: float = 1.0) -> None:
         """Take ``cost`` tokens of ``bucket`` from the caller, or raise RateLimited with Retry-After."""
         self._buckets.charge(bucket.value, principal.agent_id, self._monotonic(), cost, self._share)
+
+    def charge_batch(self, principal: Principal, cells: int) -> None:
+        """A batch's Write tokens, one per cell, once its size is one this service writes: past
+        ``limits.max_batch_cells`` it is ValidationFailed before any charge (a 429 no retry could end)."""
+        if cells > self._max_batch_cells:
+            raise ValidationFailed(f"at most {self._max_batch_cells} cells per batch")
+        self.charge(principal, Bucket.WRITE, max(1, cells))
 
     def charge_address(self, address: str, bucket: Bucket) -> None:
         """Charge an unauthenticated caller by its address (a console login not yet made)."""

@@ -35,7 +35,6 @@ from api.data.schemas import (
     SessionOut,
 )
 from api.deps import Caller, Core, Reader, Writer
-from head.facade import Bucket
 from mesh.model import NewCell
 from mesh.query import NodeFilter
 
@@ -77,7 +76,7 @@ async def write_cell(body: CellIn, principal: Writer, core: Core) -> Response:
 @router.post("/cells:batch", status_code=201, response_model=list[NodeOut], tags=["cells"], summary="Write cells in order")
 async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> Response:
     """Charged one token of the Write bucket per cell (a batch costs what its cells would one by one)."""
-    core.charge(principal, Bucket.WRITE, cost=len(body.cells))
+    core.charge_batch(principal, len(body.cells))
     cells = await core.memory.write_cells(principal, [new_cell(c) for c in body.cells])
     return nodes_response(cells, status_code=201)
 

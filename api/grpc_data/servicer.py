@@ -87,10 +87,11 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
     async def WriteCells(self, request: pb.WriteCellsRequest, context: Any) -> pb.WriteCellsResponse:  # noqa: N802
         async def work(p: Principal) -> pb.WriteCellsResponse:
             body = wire.validated(CellBatchIn, {"cells": [wire.cell_fields(c) for c in request.cells]})
+            self.memesh.charge_batch(p, len(body.cells))  # as REST: a batch too large is refused uncharged
             cells = await self.memesh.memory.write_cells(p, [new_cell(c) for c in body.cells])
             return pb.WriteCellsResponse(nodes=[wire.node(c, request.include_embedding) for c in cells])
 
-        return await self._run(context, Bucket.WRITE, work, cost=max(1, len(request.cells)))
+        return await self._run(context, Bucket.WRITE, work, cost=0)
 
     async def GetCell(self, request: pb.CellRef, context: Any) -> pb.Node:  # noqa: N802
         async def work(p: Principal) -> pb.Node:

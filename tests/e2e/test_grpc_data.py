@@ -222,6 +222,10 @@ def test_requests_rest_refuses_are_refused_with_the_field(server: Server, stub: 
     assert reason(rich) == "VALIDATION" and details(rich, error_details_pb2.BadRequest)[0].field_violations[0].field == "scene_id"
     _, rich = refusal(stub.PullInbox, pb.PullInboxRequest(limit=-1), metadata=md)
     assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["limit"]
+    too_many = pb.WriteCellsRequest(cells=[pb.CellInput(content=f"c{i}", cell_type="Fact") for i in range(257)])
+    for _ in range(2):  # refused before its Write tokens are taken: never a 429 that no retry could end
+        error, rich = refusal(stub.WriteCells, too_many, metadata=md)
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "at most 256" in rich.message  # type: ignore[attr-defined]
 
 
 def test_a_body_that_is_not_its_message_is_invalid_argument_never_unknown(server: Server, channel: grpc.Channel) -> None:

@@ -331,3 +331,22 @@ async def test_metrics_can_require_a_bearer_token(make_core: Callable[..., Memes
         answer = await http.get("/metrics", headers={"authorization": "Bearer s3cret-scraper"})
         assert answer.status_code == 200 and "memesh_storage_rows_skipped 0.0" in answer.text
     await core.close()
+
+
+async def test_a_batch_past_the_limit_is_refused_before_it_is_charged(make_core: Callable[..., Memesh]) -> None:
+    """A batch over ``limits.max_batch_cells`` took its Write tokens first: 5000 cells were told 429 and to
+    retry (no retry could succeed), and 257 drained the bucket so the next valid batch was refused."""
+    core = make_core(rate_limits={"write": {"rate": 0.001, "burst": 300}})
+    api = Api(core)
+    key = await api.key()
+
+    def batch(n: int) -> dict[str, Any]:
+        return {"cells": [{"content": f"note {i}", "cell_type": "Fact"} for i in range(n)]}
+
+    for size in (5000, 257):
+        refused = await api.send("POST", "/v1/cells:batch", key, batch(size))
+        assert_error(refused, 400, "validation")
+        assert "at most 256 cells per batch" in refused.json()["error"]["message"]
+    assert (await api.send("POST", "/v1/cells:batch", key, batch(256))).status_code == 201  # the bucket was untouched
+    await api.http.aclose()
+    await core.close()
