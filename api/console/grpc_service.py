@@ -16,6 +16,7 @@ import grpc
 
 from api.admission import admit_grpc
 from api.console.schemas import AgentOut
+from api.cursors import decode_cursor, encode_cursor
 from api.errors import grpc_status
 from api.grpc_data.undecodable import UndecodableRequests
 from head.facade import Bucket, Memesh
@@ -70,8 +71,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         async def work(p: Principal) -> admin_pb2.ListAgentsResponse:
             if request.limit < 0:
                 raise ValidationFailed("limit must not be negative")
-            agents, more = await self.memesh.identity.list(p, request.cursor or None, request.limit or 50)
-            next_cursor = agents[-1].id if more and agents else ""
+            agents, more = await self.memesh.identity.list(p, decode_cursor(request.cursor or None), request.limit or 50)
+            next_cursor = encode_cursor(agents[-1].id) if more and agents else ""  # REST's cursors: one rule for both
             return admin_pb2.ListAgentsResponse(agents=[agent_record(a) for a in agents], next_cursor=next_cursor)
 
         return await self._run(context, work)

@@ -123,6 +123,18 @@ def test_operator_lifecycle_with_the_cli(server: Server) -> None:
     assert server.admin("agents", "revoke", agent_id).returncode == 0  # revoking again is a no-op
 
 
+def test_agent_pages_follow_rest_cursor_rules_over_grpc(server: Server) -> None:
+    """ListAgents took any text as a cursor (``zzz`` answered an empty page, as if the list had ended)."""
+    server.issue("pages", "Writer", "one")
+    server.issue("pages", "Writer", "two")
+    first = json.loads(server.admin("agents", "list", "--limit", "1").stdout)
+    assert len(first["agents"]) == 1 and first["next_cursor"]
+    second = json.loads(server.admin("agents", "list", "--limit", "1", "--cursor", first["next_cursor"]).stdout)
+    assert second["agents"][0]["agent_id"] != first["agents"][0]["agent_id"]
+    refused = server.admin("agents", "list", "--cursor", "zzz", check=False)
+    assert refused.returncode == 1 and "invalid_argument" in refused.stderr and "cursor" in refused.stderr
+
+
 def test_non_admin_keys_are_refused_by_the_admin_service(server: Server, tmp_path_factory: pytest.TempPathFactory) -> None:
     writer = server.issue("ops2", "Writer", "not-an-admin")["plaintext_secret"]
     key_file = tmp_path_factory.mktemp("keys") / "writer.key"
