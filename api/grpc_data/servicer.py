@@ -133,6 +133,8 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
 
     async def _retrieve(self, request: pb.RetrieveRequest, context: Any, recall: bool) -> pb.RetrieveResponse:
         async def work(p: Principal) -> pb.RetrieveResponse:
+            if request.view not in pb.View.values():  # proto3 keeps an enum number it does not know
+                raise InvalidRequest(f"view {request.view} is not a View", [("view", "must be BASIC or FULL")])
             body = wire.validated(QueryIn, wire.query_fields(request))
             search = self.memesh.memory.recall_hits if recall else self.memesh.memory.query_hits
             hits = await search(p, body.text, body.embedding, body.k, node_filter(body), body.ranking)

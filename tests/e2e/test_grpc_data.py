@@ -206,6 +206,8 @@ def test_requests_rest_refuses_are_refused_with_the_field(server: Server, stub: 
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and reason(rich) == "VALIDATION"  # type: ignore[attr-defined]
     _, rich = refusal(stub.Recall, pb.RetrieveRequest(text="x", k=0), metadata=md)
     assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["k"]
+    _, rich = refusal(stub.Query, pb.RetrieveRequest(text="x", k=1, view=7), metadata=md)  # was read as BASIC
+    assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["view"]
     _, rich = refusal(stub.Query, pb.RetrieveRequest(text="x", k=1, ranking="bm25"), metadata=md)
     assert [v.field for v in details(rich, error_details_pb2.BadRequest)[0].field_violations] == ["ranking"]
     _, rich = refusal(
