@@ -47,7 +47,7 @@ from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
 from api.admission import admit_at_door
 from api.errors import memesh_error_response
-from api.gate_common import read_body, replay, run_guarded
+from api.gate_common import header_map, read_body, replay, run_guarded
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError
 
@@ -98,21 +98,43 @@ class A2aDoor:
         except (ValueError, RecursionError):  # the SDK would answer -32603 with the decoder's own text
             request = PARSE_ERROR
         method = request.get("method") if isinstance(request, dict) else None
-        if method not in SEND_METHODS:
+        refusal = _refusal(request, method, header_map(scope).get("a2a-version", ""))
+        if method not in SEND_METHODS or refusal is not None:
             try:
                 self.memesh.charge(scope["state"]["principal"], Bucket.READ)
             except MemeshError as exc:
                 await memesh_error_response(exc)(scope, receive, send)
                 return
-        if request is PARSE_ERROR:
-            error = {"code": -32700, "message": "Parse error: the body is not a JSON document this service reads"}
-            await JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})(scope, receive, send)
+        if refusal is not None:
+            reply_id = request.get("id") if isinstance(request, dict) else None
+            if isinstance(reply_id, bool) or not isinstance(reply_id, str | int):
+                reply_id = None  # JSON-RPC ids are strings and numbers
+            await JSONResponse({"jsonrpc": "2.0", "id": reply_id, "error": refusal})(scope, receive, send)
             return
         await self.rpc.handle(scope, replay(body, receive), send)
 
     async def close(self) -> None:
         """Drain the SDK handler's in-flight work (at shutdown)."""
         await self.handler.aclose()
+
+
+def _refusal(request: object, method: object, version: str) -> dict[str, object] | None:
+    """The JSON-RPC error memesh answers itself before the SDK, or None:
+    - a body that is not JSON: ``-32700``;
+    - a request without an ``id``: ``-32600`` (A2A defines no notification; the SDK ran a v1.0 one and
+      answered it with a null id, and refused a v0.3 one with a pydantic dump);
+    - a v0.3 method name (``message/send``: v0.3 names hold a ``/``) under ``A2A-Version: 1.x``: ``-32009``
+      VersionNotSupported, as the SDK answers a v1.0 name without the header (it answered -32603)."""
+    if request is PARSE_ERROR:
+        return {"code": -32700, "message": "Parse error: the body is not a JSON document this service reads"}
+    if isinstance(request, dict) and isinstance(method, str) and "id" not in request:
+        return {"code": -32600, "message": "Invalid Request: A2A has no notifications; give the request an id"}
+    if isinstance(method, str) and "/" in method and version.strip().startswith("1"):
+        return {
+            "code": -32009,
+            "message": f"{method!r} is an A2A 0.3 method, and this request says A2A-Version {version.strip()[:20]}",
+        }
+    return None
 
 
 def mount_a2a(app: FastAPI, memesh: Memesh, config: A2aConfig, max_body_bytes: int, timeout_s: float) -> A2aDoor:

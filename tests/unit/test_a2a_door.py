@@ -183,3 +183,25 @@ async def test_every_call_is_charged(make_core: Callable[..., Memesh], tmp_path:
         assert int(limited.headers["retry-after"]) >= 1
         await http.aclose()
     await core.close()
+
+
+async def test_a_notification_runs_nothing_and_a_v03_name_under_v1_is_version_not_supported(core: Memesh, tmp_path: Path) -> None:
+    """A v1.0 SendMessage without an id wrote its cell and was answered with a null id; a v0.3 name sent with
+    ``A2A-Version: 1.0`` was -32603 Internal error."""
+    async with a2a_app(core, tmp_path) as app:
+        key = await key_of(core, "t1")
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers={"x-service-key": key})
+        write = {"data": {"op": "write_cell", "content": "a notification's note", "cell_type": "Fact"}}
+        v1 = {"message": {"role": "ROLE_USER", "messageId": "m1", "parts": [write]}}
+        v03 = {"message": {"role": "user", "messageId": "m1", "kind": "message", "parts": [{"kind": "data", **write}]}}
+        for version, method, params in (("1.0", "SendMessage", v1), ("0.3", "message/send", v03), ("1.0", "ListTasks", {})):
+            body = {"jsonrpc": "2.0", "method": method, "params": params}
+            answer = (await http.post("/a2a/v1", json=body, headers={"a2a-version": version})).json()
+            assert answer["id"] is None and answer["error"]["code"] == -32600, answer
+        listed = (await http.get("/v1/cells")).json()
+        assert listed["cells"] == []  # nothing ran
+        for method, params in (("message/send", v03), ("tasks/get", {"id": "t"})):
+            body = {"jsonrpc": "2.0", "id": "r-1", "method": method, "params": params}
+            answer = (await http.post("/a2a/v1", json=body, headers={"a2a-version": "1.0"})).json()
+            assert answer["id"] == "r-1" and answer["error"]["code"] == -32009, answer
+        await http.aclose()
