@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.admission import admit_at_door
 from api.errors import error_response, memesh_error_response
 from api.gate_common import header_map, json_method, read_body, replay, run_guarded
+from api.mcp.enveloped import enveloped
 from api.mcp.push import InboxWatches
 from api.mcp.session_stream import PROTOCOL_HEADER, SESSION_HEADER, new_session_id, serve_stream, with_session_id
 from api.mcp.tools import build_mcp_server
@@ -97,7 +98,7 @@ class McpDoor:
             if json_method(body) == "initialize":
                 send = with_session_id(send, new_session_id())
             receive = replay(body, receive)
-        await self.mcp_app(scope, receive, send)
+        await self.mcp_app(scope, receive, enveloped(send))  # the SDK's own HTTP refusals, as the envelope
 
     async def _started(self) -> bool:
         """True once the SDK's session manager runs; False when it failed or the door was closed."""

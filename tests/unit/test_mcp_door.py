@@ -174,3 +174,23 @@ async def test_the_sdks_own_refusals_start_with_the_spec_code_too(core: Memesh, 
         assert answer["error"]["code"] == -32602 and answer["error"]["message"].startswith(start), answer
     await http.aclose()
     await app.state.mcp.close()
+
+
+async def test_what_is_no_json_rpc_message_is_the_spec_envelope(core: Memesh) -> None:
+    """The SDK answered these 400 (406) with a JSON-RPC error object, a pydantic dump for a bad message;
+    every non-2xx answer is the spec's envelope. A request's own JSON-RPC error (it has the id) stays one."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    headers = {"x-service-key": key, "accept": "application/json, text/event-stream"}
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test", headers=headers)
+    tools = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for body in ({"jsonrpc": "2.0", "id": 1, "method": 5}, {**tools, "jsonrpc": "1.0"}, [tools, tools], [], 5):
+        refused = await http.post("/mcp", json=body)
+        assert_error(refused, 400, "validation")
+        assert "pydantic" not in refused.text and "JSON-RPC" in refused.json()["error"]["message"]
+    assert_error(await http.post("/mcp", json=tools, headers={"accept": "text/html"}), 406, "validation")
+    answered = await http.post("/mcp", json=tools, headers={"mcp-protocol-version": "1999-01-01"})
+    assert answered.status_code == 400 and answered.json()["id"] == 1 and isinstance(answered.json()["error"]["code"], int)
+    assert (await http.post("/mcp", json=tools)).status_code == 200
+    await http.aclose()
+    await app.state.mcp.close()
