@@ -229,7 +229,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
     server = MemeshMCPServer(
         "memesh",
         instructions=INSTRUCTIONS,
-        middleware=[coded_errors(), _metered(memesh), push_middleware(memesh, watches)],
+        middleware=[_metered(memesh), coded_errors(), push_middleware(memesh, watches)],
         subscriptions=bus,
     )
     add_inbox_resource(server, memesh)

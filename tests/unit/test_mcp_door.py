@@ -103,6 +103,8 @@ async def test_messages_other_than_tool_calls_are_charged_too(make_core: Callabl
                 await mcp.list_tools()
         refused = await mcp.call_tool("recall", {"text": "anything"})  # the same Read bucket
         assert refused.is_error and refused.content[0].text.startswith("rate_limited:")
+        with pytest.raises(MCPError, match=r"^rate_limited: "):  # charged before it is refused as not_found
+            await mcp.get_prompt("x")
     await app.state.mcp.close()
 
 
