@@ -6,10 +6,11 @@ message type, the decoder's words), and logs a traceback for every such call, wi
 
 Guarantees of :class:`UndecodableRequests` (a server interceptor, on the data plane and the admin service):
 - The body is decoded here; one that does not decode never reaches the servicer.
-- Such a call to a memesh service is admitted as any call is (its key, the peer's ``AuthFailures`` bucket, one token of the
-  interceptor's bucket), so a caller without a valid key learns ``unauthorized`` as it would for a
-  well-formed call, and a flood of bad bodies is throttled like any other; the admin service refuses a
-  caller who is no admin first, as it does every call.
+- Such a call to a memesh service is admitted as any call is (its key, the peer's ``AuthFailures``
+  bucket, one token of the interceptor's bucket), so a caller without a valid key learns
+  ``unauthorized`` as it would for a well-formed call, and a flood of bad bodies is throttled like any
+  other; the admin service refuses a caller who is no admin first, as it does every call. (Health and
+  reflection take no key: theirs is refused at once.)
 - Then it is refused as ``validation`` (INVALID_ARGUMENT), as the service refuses any call (the data
   plane's rich status of :mod:`api.grpc_data.status`, the admin service's ``"<code>: <message>"``);
   nothing is logged above DEBUG.

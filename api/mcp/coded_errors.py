@@ -11,6 +11,7 @@ The SDK answers some refusals itself, in its own words: params that do not fit a
   ``-32603 internal: internal error`` (no exception text on the wire).
 - Errors that already start with a spec code (memesh's own), ``-32601`` (an unknown method, the
   JSON-RPC code every client keys off) and the rest of the SDK's ``MCPError``\\ s pass unchanged.
+- It runs inside the metering middleware (``api.mcp.tools``): a message it refuses has cost its Read token.
 """
 
 from __future__ import annotations
