@@ -8,6 +8,7 @@ one dict probe. The plaintext exists only in the answer to issue and rotate.
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -108,10 +109,17 @@ def parse_roles(values: list[str]) -> frozenset[Role]:
         raise ValidationFailed(f"roles must be among {', '.join(r.value for r in Role)}") from None
 
 
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def check_display_name(name: str) -> str:
+    """1 to 64 characters, none a control character or a bidirectional override (``\\u202e`` makes
+    ``exe.png`` read as ``gnp.exe`` in the console and the CLI's output)."""
     name = name.strip()
     if not name or len(name) > DISPLAY_NAME_MAX:
         raise ValidationFailed(f"display_name must be 1 to {DISPLAY_NAME_MAX} characters")
+    if any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in name):
+        raise ValidationFailed("display_name must not hold control characters or bidirectional overrides")
     return name
 
 

@@ -139,3 +139,14 @@ def test_recall_blend_prefers_salient_recent_cells_among_equals() -> None:
     assert {c.id for c, _ in ranked} == {fresh.id, salient.id}
     much_closer = rerank_for_recall([(stale, 0.99), (salient, 0.5)], 1, now, tuning)
     assert much_closer[0][0].id == stale.id
+
+
+@pytest.mark.parametrize("name", ["a\u0000b", "line\nbreak", "\u202egnp.exe", "x\u2066y"])
+def test_a_display_name_holds_no_control_character_nor_bidi_override(name: str) -> None:
+    """The console and the CLI print display names: a right-to-left override disguised ``exe.png``."""
+    with pytest.raises(ValidationFailed):
+        check_display_name(name)
+
+
+def test_a_display_name_keeps_its_letters_and_emoji() -> None:
+    assert check_display_name(" émile 👨\u200d💻 ") == "émile 👨\u200d💻"
