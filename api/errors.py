@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from mesh.errors import ErrorCode, MemeshError, RateLimited
+from mesh.errors import ErrorCode, MemeshError, RateLimited, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def error_response(status: int, code: ErrorCode | str, message: str, headers: di
 
 
 def memesh_error_response(exc: MemeshError) -> JSONResponse:
-    status, _ = STATUS[exc.code]
+    status = 422 if isinstance(exc, ValidationFailed) and exc.shape else STATUS[exc.code][0]
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else None
     if status >= 500:
         log.error("request failed: %s: %s", exc.code, exc.message)

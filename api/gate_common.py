@@ -18,7 +18,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import error_response
 from mesh.errors import ErrorCode
 
-BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 _DENIAL_EXTENSION = "websocket.http.response"
 
 
@@ -33,8 +32,9 @@ def is_json(content_type: str) -> bool:
 
 
 def body_refusal(scope: Scope, headers: dict[str, str], max_body_bytes: int) -> Response | None:
-    """415 for a body sent with a non-JSON content type, 400 for a declared length over the cap; else None."""
-    if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+    """415 for a body sent with a non-JSON content type, 400 for a declared length over the cap; else None.
+    Whatever the method: a GET or a DELETE that sends a body is held to the same rules."""
+    if scope["type"] != "http":
         return None
     declared = headers.get("content-length", "0") or "0"
     length = int(declared) if declared.isdigit() else -1

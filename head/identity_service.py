@@ -320,9 +320,12 @@ class IdentityService:
         except Forbidden:
             await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action})
             raise
-        if target.bootstrap and action in ("revoke", "suspend") and target.id == actor.agent_id:
+        mine = target.id == actor.agent_id  # the bootstrap admin, or the operator its subject logs in as, disabling itself
+        bound = await self._dir.registry().resolve_subject(self._bootstrap_subject) if mine and self._bootstrap_subject else None
+        itself = mine and (target.bootstrap or target.id == getattr(bound, "id", None))
+        if itself and action in ("revoke", "suspend"):
             await self._audit(actor, AuditKind.AUTHZ_DENIED, agent_id, "denied", {"action": action, "reason": "self"})
-            raise Forbidden("the bootstrap admin cannot disable itself")
+            raise Forbidden("the bootstrap admin or operator cannot disable itself")
         transition(target, action, self._clock(), new_key_hash="-" * 64)  # refused transitions fail before the row
         await self._audit(actor, _ACTION_KINDS[action], agent_id, "ok", {"action": action})
         self._invalidate(agent_id)
@@ -416,11 +419,8 @@ class IdentityService:
         if Role.SERVICE_ADMIN not in agent.roles:
             # Bound to a lesser agent before the subject was reserved: serve anyway, but the subject does
             # not log in (principal_for_subject) until that agent is revoked and the next start rebinds it.
-            log.error(
-                "admin.bootstrap_oidc_subject is bound to agent %s, which is not a ServiceAdmin: that subject cannot "
-                "log in until the agent is revoked (the next start then binds it to a new ServiceAdmin)",
-                agent.id,
-            )
+            unbound = "admin.bootstrap_oidc_subject is bound to agent %s, no ServiceAdmin: it logs in once that agent is revoked"
+            log.error(unbound + " (the next start then binds it to a new ServiceAdmin)", agent.id)
             return False
         if created:
             await self._audit(agent.principal(), AuditKind.SUBJECT_BOUND, agent.id, "ok", {"subject": subject, "bootstrap": True})
@@ -441,8 +441,7 @@ class IdentityService:
     async def verify_audit(self, actor: Principal) -> dict[str, Any]:
         """Recompute the whole audit chain from storage (admins only)."""
         require_admin(actor)
-        result: dict[str, Any] = await self._dir.audit_log().verify()
-        return result
+        return dict(await self._dir.audit_log().verify())
 
     async def ensure_bootstrap_admin(self) -> str | None:
         """The bootstrap key's plaintext when this call created the admin, else None."""

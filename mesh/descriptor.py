@@ -160,7 +160,7 @@ def descriptor_from_manual(body: object) -> Descriptor:
         raise ValidationFailed("origin is set by the server and cannot be sent")
     unknown = sorted(set(doc) - _MANUAL_KEYS)
     if unknown:
-        raise ValidationFailed(f"unknown descriptor field {unknown[0]!r}")
+        raise ValidationFailed(f"unknown descriptor field {unknown[0]!r}", shape=True)
     listed = objects(doc, "interfaces", "descriptor")
     interfaces = tuple(
         read_interface(o, f"interfaces[{n}]", "protocol_binding", version_key="protocol_version") for n, o in listed
@@ -177,7 +177,7 @@ def descriptor_from_manual(body: object) -> Descriptor:
     capabilities = as_object(doc.get("capabilities", {}), "descriptor.capabilities")
     for key, value in capabilities.items():
         if not isinstance(value, bool):
-            raise ValidationFailed(f"descriptor.capabilities.{key} must be a boolean")
+            raise ValidationFailed(f"descriptor.capabilities.{key} must be a boolean", shape=True)
     provider = doc.get("provider")
     return within_limits(
         Descriptor(

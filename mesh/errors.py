@@ -71,7 +71,17 @@ class NotFound(MemeshError):
 
 
 class ValidationFailed(MemeshError):
+    """``shape``: parsed JSON that is not the expected shape (a missing field, a wrong JSON type, an unknown
+    key), found by a hand-written parser; REST answers it 422, as pydantic's shape errors, and 400 otherwise."""
+
     code = ErrorCode.VALIDATION
+
+    def __init__(self, message: str, shape: bool = False) -> None:
+        super().__init__(message)
+        self.shape = shape
+
+    def __reduce__(self) -> tuple[type[MemeshError], tuple[str, bool]]:  # type: ignore[override]
+        return (type(self), (self.message, self.shape))
 
 
 class DimensionMismatch(MemeshError):

@@ -34,6 +34,7 @@ from fastapi import APIRouter, WebSocket
 from fastapi.responses import JSONResponse
 from starlette.websockets import WebSocketState
 
+from api.data.schemas import QueryInt
 from api.deps import Core, Operator, operator_of
 from api.websocket import close_with, deny, first_to_finish
 from head.observatory_hub import ObservatoryHub, Resync, Subscription
@@ -69,7 +70,7 @@ def tenant_filter(principal: Principal) -> str | None:
 
 
 @router.get("/events", include_in_schema=False)
-async def events(operator: Operator, core: Core, since: str | None = None, limit: int = DEFAULT_LIMIT) -> JSONResponse:
+async def events(operator: Operator, core: Core, since: str | None = None, limit: QueryInt = DEFAULT_LIMIT) -> JSONResponse:
     """The newest ``limit`` retained events (at most MAX_LIMIT) received at or after ``since``; newest last."""
     if limit < 1:
         raise ValidationFailed("limit must be at least 1")

@@ -11,10 +11,13 @@ live in the use cases. The published erasure-receipt keys
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
+from uuid import UUID
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BeforeValidator
 
 from api.console.schemas import (
     AgentIssueIn,
@@ -31,11 +34,29 @@ from api.console.schemas import (
     PartitionsResizeIn,
 )
 from api.cursors import decode_cursor, encode_cursor
+from api.data.schemas import decimal_digits
 from api.deps import Core, Operator
 from mesh.erasure import parse_reason, parse_scope
 from mesh.errors import ValidationFailed
 
 router = APIRouter(prefix="/admin/api")
+
+
+async def _no_body(request: Request) -> None:
+    """A route that takes no body: none, or ``{}``. A body that is not JSON is 400, any other JSON 422 (the
+    lifecycle routes revoked, suspended and rotated on ``{{`` or ``[1,2]``)."""
+    raw = (await request.body()).strip()
+    if not raw:
+        return
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise ValidationFailed("the body is not valid JSON") from None
+    if value != {}:
+        raise ValidationFailed("this request takes no body (send none, or {})", shape=True)
+
+
+NoBody = Depends(_no_body)
 
 
 # ------------------------------------------------------------------ agents
@@ -44,7 +65,7 @@ async def list_agents(
     operator: Operator,
     core: Core,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    limit: Annotated[int, Query(ge=1, le=500), BeforeValidator(decimal_digits)] = 50,
 ) -> AgentListOut:
     agents, more = await core.identity.list(operator, decode_cursor(cursor), limit)
     next_cursor = encode_cursor(agents[-1].id) if more and agents else None
@@ -52,8 +73,8 @@ async def list_agents(
 
 
 @router.get("/agents/{agent_id}", response_model=AgentOut)
-async def get_agent(agent_id: str, operator: Operator, core: Core) -> AgentOut:
-    return AgentOut.of(await core.identity.get(operator, agent_id))
+async def get_agent(agent_id: UUID, operator: Operator, core: Core) -> AgentOut:
+    return AgentOut.of(await core.identity.get(operator, str(agent_id)))
 
 
 @router.post("/agents", response_model=CredentialOut)
@@ -64,47 +85,47 @@ async def issue_agent(body: AgentIssueIn, operator: Operator, core: Core) -> Cre
     return CredentialOut(agent_id=issued.agent.id, plaintext_secret=issued.plaintext_secret)
 
 
-@router.post("/agents/{agent_id}/revoke", status_code=204)
-async def revoke_agent(agent_id: str, operator: Operator, core: Core) -> Response:
-    await core.identity.apply(operator, agent_id, "revoke")
+@router.post("/agents/{agent_id}/revoke", dependencies=[NoBody], status_code=204)
+async def revoke_agent(agent_id: UUID, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, str(agent_id), "revoke")
     return Response(status_code=204)
 
 
-@router.post("/agents/{agent_id}/suspend", status_code=204)
-async def suspend_agent(agent_id: str, operator: Operator, core: Core) -> Response:
-    await core.identity.apply(operator, agent_id, "suspend")
+@router.post("/agents/{agent_id}/suspend", dependencies=[NoBody], status_code=204)
+async def suspend_agent(agent_id: UUID, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, str(agent_id), "suspend")
     return Response(status_code=204)
 
 
-@router.post("/agents/{agent_id}/reinstate", status_code=204)
-async def reinstate_agent(agent_id: str, operator: Operator, core: Core) -> Response:
-    await core.identity.apply(operator, agent_id, "reinstate")
+@router.post("/agents/{agent_id}/reinstate", dependencies=[NoBody], status_code=204)
+async def reinstate_agent(agent_id: UUID, operator: Operator, core: Core) -> Response:
+    await core.identity.apply(operator, str(agent_id), "reinstate")
     return Response(status_code=204)
 
 
-@router.post("/agents/{agent_id}/rotate", response_model=CredentialOut)
-async def rotate_agent(agent_id: str, operator: Operator, core: Core) -> CredentialOut:
-    agent, plaintext = await core.identity.apply(operator, agent_id, "rotate")
+@router.post("/agents/{agent_id}/rotate", dependencies=[NoBody], response_model=CredentialOut)
+async def rotate_agent(agent_id: UUID, operator: Operator, core: Core) -> CredentialOut:
+    agent, plaintext = await core.identity.apply(operator, str(agent_id), "rotate")
     assert plaintext is not None
     return CredentialOut(agent_id=agent.id, plaintext_secret=plaintext)
 
 
 # -------------------------------------------------------------- descriptors
 @router.get("/agents/{agent_id}/descriptor")
-async def get_descriptor(agent_id: str, operator: Operator, core: Core) -> dict[str, Any]:
-    return (await core.descriptors.get(operator, agent_id)).to_json()
+async def get_descriptor(agent_id: UUID, operator: Operator, core: Core) -> dict[str, Any]:
+    return (await core.descriptors.get(operator, str(agent_id))).to_json()
 
 
 @router.put("/agents/{agent_id}/descriptor")
-async def put_descriptor(agent_id: str, operator: Operator, core: Core, body: Annotated[Any, Body()]) -> dict[str, Any]:
+async def put_descriptor(agent_id: UUID, operator: Operator, core: Core, body: Annotated[Any, Body()]) -> dict[str, Any]:
     """Sets or replaces the descriptor: the descriptor's own JSON form without ``origin``."""
-    return (await core.descriptors.put(operator, agent_id, body)).to_json()
+    return (await core.descriptors.put(operator, str(agent_id), body)).to_json()
 
 
 @router.post("/agents/{agent_id}/descriptor/import")
-async def import_descriptor(agent_id: str, body: DescriptorImportIn, operator: Operator, core: Core) -> dict[str, Any]:
+async def import_descriptor(agent_id: UUID, body: DescriptorImportIn, operator: Operator, core: Core) -> dict[str, Any]:
     descriptor = await core.descriptors.import_document(
-        operator, agent_id, body.format, body.document, body.verification_jwks, body.provider
+        operator, str(agent_id), body.format, body.document, body.verification_jwks, body.provider
     )
     return descriptor.to_json()
 
@@ -126,19 +147,16 @@ async def erase(body: EraseIn, operator: Operator, core: Core) -> CertificateOut
     return CertificateOut.of(certificate.counts, certificate.digest)
 
 
-@router.post("/reembed", response_model=JobStartedOut)
-async def start_reembed(operator: Operator, core: Core, request: Request) -> JobStartedOut:
-    """No body (rule 10): the engine comes from the ``embedding`` settings; ``{}`` is tolerated, anything else is 400."""
-    body = (await request.body()).strip()
-    if body and body != b"{}":
-        raise ValidationFailed("the reembed request has no body: the engine comes from the embedding settings")
+@router.post("/reembed", response_model=JobStartedOut, dependencies=[NoBody])
+async def start_reembed(operator: Operator, core: Core) -> JobStartedOut:
+    """No body (rule 10): the engine comes from the ``embedding`` settings; ``{}`` is tolerated."""
     job = await core.reembed.start(operator)
     return JobStartedOut(job_id=job.job_id)
 
 
 @router.get("/jobs/{job_id}", response_model=JobOut)
-async def job_state(job_id: str, operator: Operator, core: Core) -> JobOut:
-    return JobOut.of(core.reembed.job(operator, job_id))
+async def job_state(job_id: UUID, operator: Operator, core: Core) -> JobOut:
+    return JobOut.of(core.reembed.job(operator, str(job_id)))
 
 
 @router.get("/audit/verify")

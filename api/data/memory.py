@@ -15,6 +15,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import Response
+from pydantic import BeforeValidator
 
 from api.cursors import decode_cursor, encode_cursor
 from api.data.render import node_response, nodes_response, page_response
@@ -33,6 +34,7 @@ from api.data.schemas import (
     SceneOut,
     SessionIn,
     SessionOut,
+    decimal_digits,
 )
 from api.deps import Caller, Core, Reader, Writer
 from mesh.model import NewCell
@@ -137,7 +139,7 @@ async def list_scenes(
     core: Core,
     project_id: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
     cursor: Annotated[str | None, Query(max_length=256)] = None,
-    limit: Annotated[int, Query(ge=1)] = 50,
+    limit: Annotated[int, Query(ge=1), BeforeValidator(decimal_digits)] = 50,
 ) -> SceneListOut:
     scenes, more = await core.memory.list_scenes(principal, project_id, decode_cursor(cursor), limit)
     next_cursor = encode_cursor(scenes[-1].id) if more and scenes else None

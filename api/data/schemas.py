@@ -20,6 +20,19 @@ from mesh.tuning import Ranking
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
+
+
+def decimal_digits(value: Any) -> Any:
+    """A query parameter's integer is written in decimal digits (an optional ``-``): pydantic's lax parsing
+    also read ``3_0`` as 30, ``2.0`` as 2 and ``+3`` as 3."""
+    if isinstance(value, str) and not (value.isascii() and value.lstrip("-").isdigit() and value.count("-") <= 1):
+        raise PydanticCustomError("int_parsing", "Input should be a whole number written in decimal digits")
+    return value
+
+
+# Beside a Query(): Annotated[int, Query(...), BeforeValidator(decimal_digits)], in that order, or the
+# schema shows the Query's bounds as unknown keys.
+QueryInt = Annotated[int, BeforeValidator(decimal_digits)]
 StrictFloat = Annotated[float, Field(strict=True)]
 Salience = Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
 Vector = list[StrictFloat]
@@ -183,7 +196,7 @@ class CellListIn(BaseModel):
     source_agent: str | None = Field(None, min_length=1, max_length=256)
     include_superseded: bool = Field(False, description="Also list cells abstracted into a Pattern.")
     cursor: str | None = Field(None, max_length=256, description="next_cursor of the previous page.")
-    limit: int = Field(50, ge=1, description="At most limits.max_list (500).")
+    limit: QueryInt = Field(50, ge=1, description="At most limits.max_list (500).")
 
     def node_filter(self) -> NodeFilter:
         return NodeFilter(

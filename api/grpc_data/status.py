@@ -64,6 +64,9 @@ class InvalidRequest(ValidationFailed):
         super().__init__(message)
         self.violations = tuple(violations)
 
+    def __reduce__(self) -> tuple[type[InvalidRequest], tuple[str, tuple[Violation, ...]]]:  # type: ignore[override]
+        return (type(self), (self.message, self.violations))
+
 
 def status_of(exc: MemeshError) -> tuple[grpc.StatusCode, str, Metadata]:
     """What :func:`abort` sends for ``exc``: the status code, the details text and the trailing metadata

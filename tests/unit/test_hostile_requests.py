@@ -350,3 +350,12 @@ async def test_a_batch_past_the_limit_is_refused_before_it_is_charged(make_core:
     assert (await api.send("POST", "/v1/cells:batch", key, batch(256))).status_code == 201  # the bucket was untouched
     await api.http.aclose()
     await core.close()
+
+
+async def test_a_page_size_is_written_in_decimal_digits(api: Api) -> None:
+    """``limit=3_0`` listed 30, ``2.0`` 2 and ``+3`` 3: pydantic's lax parsing of a query-string integer."""
+    key = await api.key()
+    for loose in ("3_0", "2.0", "+3", "1e2"):
+        for path in ("/v1/cells", "/v1/scenes"):
+            assert_error(await api.send("GET", path, key, params={"limit": loose}), 400, "validation")
+    assert (await api.send("GET", "/v1/cells", key, params={"limit": "3"})).status_code == 200
