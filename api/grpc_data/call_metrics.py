@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import grpc
 
+from api.grpc_data.handlers import rewrapped
 from head.request_log import RequestLog
 
 
@@ -26,15 +28,7 @@ class CallMetrics(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None:
             return None
         name = str(details.method).rsplit("/", 1)[-1]
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._timed(name, handler.unary_unary), handler.request_deserializer, handler.response_serializer
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._timed(name, handler.unary_stream), handler.request_deserializer, handler.response_serializer
-            )
-        return handler
+        return rewrapped(handler, partial(self._timed, name))
 
     def _timed(self, name: str, behaviour: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
         async def timed(request: Any, context: grpc.aio.ServicerContext) -> Any:

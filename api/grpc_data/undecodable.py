@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, NoReturn
 
 import grpc
 
 from api.admission import admit_grpc
+from api.grpc_data.handlers import Behaviour, rewrapped
 from api.grpc_data.status import InvalidRequest, abort
 from head.facade import Bucket, Memesh
 from mesh.errors import MemeshError
@@ -33,7 +35,6 @@ from mesh.identity import Principal
 log = logging.getLogger(__name__)
 
 MEMESH_SERVICES = "/memesh."
-Behaviour = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 Refuse = Callable[[grpc.aio.ServicerContext, MemeshError], Awaitable[NoReturn]]
 
 
@@ -71,16 +72,7 @@ class UndecodableRequests(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - every decoder failure is the caller's body
                 return _Undecodable(exc)
 
-        method = str(details.method)
-        if handler.unary_unary is not None:
-            return grpc.unary_unary_rpc_method_handler(
-                self._checked(method, handler.unary_unary), tolerant, handler.response_serializer
-            )
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(
-                self._checked(method, handler.unary_stream), tolerant, handler.response_serializer
-            )
-        return handler
+        return rewrapped(handler, partial(self._checked, str(details.method)), tolerant)
 
     def _checked(self, method: str, behaviour: Behaviour) -> Behaviour:
         async def checked(request: Any, context: grpc.aio.ServicerContext) -> Any:
