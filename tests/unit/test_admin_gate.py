@@ -7,6 +7,7 @@ them over a real OpenID provider is covered in tests/e2e/test_console_login.py.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,14 +44,20 @@ class ConsoleHarness:
         return await self.http.request(method, path, headers=headers, **kw)
 
 
-@pytest.fixture
-async def console(make_core: Callable[..., Memesh]) -> AsyncIterator[ConsoleHarness]:
-    core = make_core(rate_limits={"admin": {"rate": 0.01, "burst": 3}})
+@asynccontextmanager
+async def console_over(core: Memesh) -> AsyncIterator[ConsoleHarness]:
+    """The console app over ``core``, with a client; closes both."""
     app = create_app(core, console=CONFIG)
     http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
     yield ConsoleHarness(core, app.state.console, app, http)
     await http.aclose()
     await core.close()
+
+
+@pytest.fixture
+async def console(make_core: Callable[..., Memesh]) -> AsyncIterator[ConsoleHarness]:
+    async with console_over(make_core(rate_limits={"admin": {"rate": 0.01, "burst": 3}})) as harness:
+        yield harness
 
 
 async def test_no_session_is_401_whatever_the_body(console: ConsoleHarness) -> None:

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-import httpx
 import pytest
 
-from api.app import create_app
 from head.clock import utc_now
 from head.facade import Memesh
 from tests.unit.conftest import ADMIN, assert_error
-from tests.unit.test_admin_gate import CONFIG, ConsoleHarness
+from tests.unit.test_admin_gate import ConsoleHarness, console_over
 
 ROOT = "root-operator"
 
@@ -22,11 +20,8 @@ ROOT = "root-operator"
 async def console(make_core: Callable[..., Memesh]) -> AsyncIterator[ConsoleHarness]:
     core = make_core(admin={"bootstrap_oidc_subject": ROOT})
     await core.identity.ensure_bootstrap_subject(ROOT)
-    app = create_app(core, console=CONFIG)
-    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test")
-    yield ConsoleHarness(core, app.state.console, app, http)
-    await http.aclose()
-    await core.close()
+    async with console_over(core) as harness:
+        yield harness
 
 
 async def test_a_route_that_takes_no_body_does_nothing_with_a_bad_one(console: ConsoleHarness) -> None:
