@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -98,6 +99,7 @@ def test_operator_lifecycle_with_the_cli(server: Server) -> None:
     issued = server.issue("ops", "Writer", "lifecycle")
     agent_id, key = issued["agent_id"], issued["plaintext_secret"]
     record = json.loads(server.admin("agents", "get", agent_id).stdout)
+    assert json.loads(server.admin("agents", "get", agent_id.upper()).stdout) == record  # any spelling of the UUID
     assert record["status"] == "active" and record["roles"] == ["Writer"] and record["tenant_id"] == "ops"
     assert "plaintext_secret" not in record and "key_hash" not in json.dumps(record)
     listed = json.loads(server.admin("agents", "list", "--limit", "500").stdout)
@@ -148,6 +150,13 @@ def test_non_admin_keys_are_refused_by_the_admin_service(server: Server, tmp_pat
         assert caught.value.code() is grpc.StatusCode.UNAUTHENTICATED
         with pytest.raises(grpc.RpcError) as caught:
             stub.GetAgent(admin_pb2.AgentRef(agent_id="nope"), metadata=(("x-service-key", server.key_file.read_text().strip()),))
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT  # as REST's admin routes: 400 for a malformed id
+        admin = (("x-service-key", server.key_file.read_text().strip()),)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetJob(admin_pb2.JobRef(job_id="nope"), metadata=admin)
+        assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetJob(admin_pb2.JobRef(job_id=str(uuid.uuid4())), metadata=admin)
         assert caught.value.code() is grpc.StatusCode.NOT_FOUND
 
 
