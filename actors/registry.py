@@ -13,7 +13,10 @@ Guarantees:
 - Sessions are bounded: an agent holds at most ``max_open_sessions`` open
   sessions (QuotaExceeded beyond), and closed sessions are deleted
   ``closed_session_max_age_s`` after they closed (the sweep runs every
-  ``sweep_interval_s``).
+  ``sweep_interval_s``), or sooner, oldest first, once the agent holds more
+  than ``max_closed_sessions`` closed ones: a writer that opens and closes
+  sessions in a loop keeps at most that many, not a day of them. A session
+  deleted either way answers as one that never existed (NotFound).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class RegistryConfig:
     max_open_sessions: int = 256  # per agent
     closed_session_max_age_s: float = 24 * 3600.0
     sweep_interval_s: float = 60.0
+    max_closed_sessions: int = 256  # per agent; the oldest closed ones beyond it are deleted
 
 
 class Registry:
@@ -80,6 +84,8 @@ class Registry:
         self._subject_table: KeyedTable | None = None
         self._subject_commit: GroupCommitter[SubjectBinding] = GroupCommitter(self._flush_subjects, window, 256, adaptive=True)
         self._open_sessions: dict[str, int] = {}  # agent id -> open sessions
+        self._closed: dict[str, dict[str, None]] = {}  # agent id -> its closed sessions' ids, oldest first
+        self._forgotten: dict[str, Session] = {}  # closed sessions over an agent's cap: gone, deleted at the next sweep
         self._skipped = 0  # stored rows the last load could not decode
         self._sweeper = Periodic("closed-session sweep", self.sweep, config.sweep_interval_s)
 
@@ -98,10 +104,12 @@ class Registry:
         self._skipped = agent_rows.num_rows - len(agents) + session_rows.num_rows - len(sessions)
         for agent in agents:
             self._put(agent)
-        for session in sessions:
+        for session in sorted(sessions, key=lambda s: (s.closed_at is not None, s.closed_at or s.opened_at)):
             self._sessions[session.id] = session
             if session.open:
                 self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
+            else:
+                self._remember_closed(session)
         self._sweeper.start()
 
     def _put(self, agent: Agent) -> None:
@@ -346,21 +354,48 @@ class Registry:
                 self._sessions[session_id] = session
                 self._open_sessions[session.agent_id] = self._open_sessions.get(session.agent_id, 0) + 1
             raise
+        self._remember_closed(closed)
         return closed
+
+    def _remember_closed(self, session: Session) -> None:
+        """Count ``session`` among its agent's closed ones; past the cap the oldest leaves memory at once and
+        storage at the next sweep (a restart before that reloads it, and this cap drops it again)."""
+        closed = self._closed.setdefault(session.agent_id, {})
+        closed[session.id] = None
+        while len(closed) > self.config.max_closed_sessions:
+            oldest = next(iter(closed))
+            del closed[oldest]
+            forgotten = self._sessions.pop(oldest, None)
+            if forgotten is not None:
+                self._forgotten[oldest] = forgotten
+
+    def _forget(self, session: Session) -> None:
+        """Drop a deleted session from the per-agent bookkeeping."""
+        if session.open:
+            self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
+            return
+        closed = self._closed.get(session.agent_id)
+        if closed is not None:
+            closed.pop(session.id, None)
+            if not closed:
+                del self._closed[session.agent_id]
 
     async def sweep(self, now: datetime | None = None) -> int:
         """Delete the sessions closed more than ``closed_session_max_age_s`` ago; returns how many."""
         await self._ready()
         horizon = (now or datetime.now(UTC)) - timedelta(seconds=self.config.closed_session_max_age_s)
         old = sorted(s.id for s in self._sessions.values() if s.closed_at is not None and s.closed_at < horizon)
-        if not old:
-            return 0
         for session_id in old:
-            del self._sessions[session_id]
+            self._forget(self._sessions.pop(session_id))
+        doomed = sorted({*old, *self._forgotten})
+        if not doomed:
+            return 0
         await self._session_commit.flush()
         assert self._session_table is not None
-        await self._session_table.delete(old)
-        return len(old)
+        await self._session_table.delete(doomed)
+        for session_id in doomed:
+            self._forgotten.pop(session_id, None)
+        return len(doomed)
 
     # -------------------------------------------------------------- descriptors
     async def _load_descriptors(self, store: LanceStore) -> None:
@@ -387,7 +422,7 @@ class Registry:
         await self._ready()
         doomed = sorted(
             s.id
-            for s in self._sessions.values()
+            for s in [*self._sessions.values(), *self._forgotten.values()]  # a forgotten one's row is still stored
             if s.tenant_id == tenant_id
             and (project_id is None or s.project_id == project_id)
             and (agent_id is None or s.agent_id == agent_id)
@@ -395,9 +430,9 @@ class Registry:
         if dry_run:
             return len(doomed)
         for session_id in doomed:
-            session = self._sessions.pop(session_id)
-            if session.open:
-                self._open_sessions[session.agent_id] = max(0, self._open_sessions.get(session.agent_id, 0) - 1)
+            if session_id in self._sessions:
+                self._forget(self._sessions.pop(session_id))
+            self._forgotten.pop(session_id, None)
         await self._session_commit.flush()
         assert self._session_table is not None
         await self._session_table.erase(doomed)  # idempotent: a repeat rewrites nothing it still finds

@@ -86,6 +86,7 @@ def registry_plan(settings: Settings) -> dict[str, tuple[type, tuple[Any, ...]]]
         max_open_sessions=settings.limits.max_open_sessions_per_agent,
         closed_session_max_age_s=retention.closed_session_max_age_s,
         sweep_interval_s=retention.sweep_interval_s,
+        max_closed_sessions=retention.max_closed_sessions_per_agent,
     )
     return {"registry": (Registry, (registry,))}
 

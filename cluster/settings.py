@@ -316,6 +316,7 @@ class RetentionSettings(Section):
     acked_delivery_max_age_s: float = Field(7 * 24 * 3600.0, gt=0)
     max_deliveries_per_inbox: int = Field(10_000, ge=1)
     closed_session_max_age_s: float = Field(24 * 3600.0, ge=0)
+    max_closed_sessions_per_agent: int = Field(256, ge=1)  # past it an agent's oldest closed sessions are deleted
     sweep_interval_s: float = Field(60.0, ge=0)  # 0: no periodic sweep (tests)
 
 

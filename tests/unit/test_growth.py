@@ -100,6 +100,48 @@ async def test_sessions_are_capped_and_closed_ones_purged(make_core: Callable[..
     await core.close()
 
 
+async def test_a_writer_that_opens_and_closes_sessions_in_a_loop_keeps_a_bounded_number(make_core: Callable[..., Memesh]) -> None:
+    """Closed sessions were kept a day whatever their number: a writer opening and closing sessions at its rate
+    limit grew the registry (one actor, every tenant's sessions in its memory) by millions a day."""
+    sections: dict[str, Any] = {"retention": {"max_closed_sessions_per_agent": 3, "sweep_interval_s": 0}}
+    core = make_core(**sections)
+    writer, _ = await agent(core)
+    opened = []
+    for _ in range(10):
+        session = await core.memory.open_session(writer, "p")
+        await core.memory.close_session(writer, session.id)
+        opened.append(session.id)
+    kept = await core.memory.open_session(writer, "p")  # open sessions do not count against the closed ones' cap
+    registry = core.directory.registry().target  # type: ignore[attr-defined]
+    assert (await registry.health())["sessions"] == 4
+    await core.memory.close_session(writer, opened[-1])  # the newest closed ones are kept: closing is idempotent
+    with pytest.raises(NotFound):
+        await core.memory.close_session(writer, opened[0])  # the oldest is gone, as after its day
+    assert await registry.sweep() == 7  # their rows leave storage at the sweep
+    assert await registry._session_table.rows.count() == 4
+    await core.close()
+    again = make_core(**sections)  # a restart loads what is stored: the same four
+    registry = again.directory.registry().target  # type: ignore[attr-defined]
+    assert (await registry.health())["sessions"] == 4
+    assert (await again.memory._session(writer, kept.id)).open
+    await again.close()
+
+
+async def test_an_erase_takes_the_closed_sessions_waiting_for_the_sweep(make_core: Callable[..., Memesh]) -> None:
+    """A closed session dropped past the cap keeps its row until the sweep: an erase of its project takes it too."""
+    core = make_core(retention={"max_closed_sessions_per_agent": 1, "sweep_interval_s": 0})
+    writer, _ = await agent(core)
+    for _ in range(3):
+        await core.memory.close_session(writer, (await core.memory.open_session(writer, "p")).id)
+    registry = core.directory.registry().target  # type: ignore[attr-defined]
+    assert await registry._session_table.rows.count() == 3
+    assert await registry.erase_sessions(writer.tenant_id, "p", None, dry_run=True) == 3
+    assert await registry.erase_sessions(writer.tenant_id, "p", None, dry_run=False) == 3
+    assert await registry._session_table.rows.count() == 0
+    assert await registry.sweep() == 0
+    await core.close()
+
+
 async def test_tenant_quotas_answer_quota_exceeded_without_retry_after(make_core: Callable[..., Memesh]) -> None:
     """H6: nothing capped a tenant's cells, beacons or bytes."""
     core = make_core(quotas={"max_cells_per_tenant": 5, "max_beacons_per_tenant": 2, "max_bytes_per_tenant": 0})
