@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterable
 
 import grpc
 from starlette.requests import HTTPConnection
@@ -40,9 +41,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from api.errors import error_response, memesh_error_response
-from api.gate_common import body_refusal, header_map
+from api.gate_common import body_refusal, header_map, header_pairs
 from head.facade import Bucket, Memesh
-from mesh.errors import ErrorCode, MemeshError
+from mesh.errors import ErrorCode, MemeshError, Unauthorized
 from mesh.identity import Principal
 
 KEY_HEADER = "x-service-key"
@@ -64,20 +65,37 @@ def peer_address(context: grpc.aio.ServicerContext) -> str:
     return rest.rsplit(":", 1)[0] if kind == "ipv4" else peer or "unknown"
 
 
-def presented_key(headers: dict[str, str]) -> str | None:
-    """``x-service-key``, else the token of ``Authorization: Bearer <token>``."""
-    key = headers.get(KEY_HEADER)
-    if key:
+def presented_key(headers: Iterable[tuple[str, str]], bearer: bool = True) -> str | None:
+    """``x-service-key``, else (``bearer``) the token of ``Authorization: Bearer <token>``, from every header
+    the request sent (name, value). Unauthorized when the header it reads came more than once: which copy
+    counts would differ between doors, proxies and clients, so no door picks one (a repeated
+    ``Authorization`` beside an ``x-service-key`` is not read, so not judged)."""
+    keys: list[str] = []
+    authorizations: list[str] = []
+    for name, value in headers:
+        lowered = name.lower()
+        if lowered == KEY_HEADER:
+            keys.append(value)
+        elif lowered == "authorization":
+            authorizations.append(value)
+    key = _only(keys, KEY_HEADER)
+    if key or not bearer:
         return key
-    scheme, _, token = headers.get("authorization", "").partition(" ")
+    scheme, _, token = (_only(authorizations, "Authorization") or "").partition(" ")
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+def _only(values: list[str], header: str) -> str | None:
+    if len(values) > 1:
+        raise Unauthorized(f"send one {header} header, not {len(values)}")
+    return values[0] if values else None
+
+
 # ------------------------------------------------------------ HTTP gate and route
-async def authenticate_at_gate(memesh: Memesh, scope: Scope, headers: dict[str, str]) -> None:
+async def authenticate_at_gate(memesh: Memesh, scope: Scope) -> None:
     """The gate's half of ``admit``: the key's principal (no bucket charged yet), kept in the scope
-    state for the route. ``headers`` as :func:`api.gate_common.header_map` reads them."""
-    principal = await memesh.principal(headers.get(KEY_HEADER), client_address(scope))
+    state for the route."""
+    principal = await memesh.principal(presented_key(header_pairs(scope), bearer=False), client_address(scope))
     scope.setdefault("state", {})[_STATE_KEY] = principal
 
 
@@ -111,7 +129,7 @@ async def admit_at_door(
     400 for a body (``/v1``'s rules)."""
     headers = header_map(scope)
     try:
-        principal = await memesh.principal(presented_key(headers), client_address(scope))
+        principal = await memesh.principal(presented_key(header_pairs(scope)), client_address(scope))
     except MemeshError as exc:
         await memesh_error_response(exc)(scope, receive, send)
         return None
@@ -129,8 +147,8 @@ async def admit_at_door(
 
 # ------------------------------------------------------ one connection or call
 def service_key(connection: HTTPConnection) -> str | None:
-    """The connection's ``x-service-key`` header (its first value), if any."""
-    return connection.headers.get(KEY_HEADER)
+    """The connection's ``x-service-key`` header, if any (Unauthorized when it came more than once)."""
+    return presented_key(connection.headers.items(), bearer=False)
 
 
 async def admit_connection(memesh: Memesh, connection: HTTPConnection, bucket: Bucket) -> Principal:
@@ -139,12 +157,8 @@ async def admit_connection(memesh: Memesh, connection: HTTPConnection, bucket: B
 
 
 def grpc_key(context: grpc.aio.ServicerContext) -> str | None:
-    """The key a gRPC call presents (:func:`presented_key` over its text metadata, first value of each)."""
-    metadata: dict[str, str] = {}
-    for name, value in context.invocation_metadata() or ():
-        if isinstance(value, str):
-            metadata.setdefault(name, value)
-    return presented_key(metadata)
+    """The key a gRPC call presents (:func:`presented_key` over its text metadata)."""
+    return presented_key((name, value) for name, value in context.invocation_metadata() or () if isinstance(value, str))
 
 
 async def admit_grpc(memesh: Memesh, context: grpc.aio.ServicerContext, bucket: Bucket, cost: float = 1.0) -> Principal:

@@ -43,7 +43,9 @@ def create_app(
     """An app serving ``memesh``; with ``console``, also the control plane (``/admin``, the
     console login and its session gate); with ``a2a``, the A2A card and JSON-RPC binding
     (``app.state.a2a``, else None). Its lifespan is the caller's (``cluster.serve``)."""
-    app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None)
+    # redirect_slashes off: `/v1/query/` is a 404 in the envelope, never a 307 to an absolute http:// URL (which a
+    # client behind a TLS proxy would follow in plaintext, key and body with it)
+    app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.memesh = memesh
     install_error_handlers(app)
     v1 = APIRouter()

@@ -21,6 +21,11 @@ from mesh.errors import ErrorCode
 _DENIAL_EXTENSION = "websocket.http.response"
 
 
+def header_pairs(scope: Scope) -> list[tuple[str, str]]:
+    """Every header the request sent, in order, lower-cased names (a repeated header is there each time)."""
+    return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
+
+
 def header_map(scope: Scope) -> dict[str, str]:
     """The request's headers, lower-cased names; a repeated header keeps its last value."""
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -39,6 +39,7 @@ router = APIRouter(include_in_schema=False)
 
 
 @router.get("/admin")
+@router.get("/admin/")  # the app redirects no slashes (api.app): the page answers both spellings itself
 async def console_page() -> Response:
     """The console (the login callback's redirect target); it shows a login link until a session exists."""
     return Response(_PAGE, media_type="text/html; charset=utf-8", headers=HEADERS)

@@ -39,7 +39,7 @@ class V1Gate:
             return
         headers = header_map(scope)
         try:
-            await authenticate_at_gate(self.memesh, scope, headers)
+            await authenticate_at_gate(self.memesh, scope)
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return

@@ -38,7 +38,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from api.admission import presented_key
 from api.errors import memesh_error_response
-from api.gate_common import header_map
+from api.gate_common import header_map, header_pairs
 from api.mcp.push import InboxWatches, held_stream, inbox_uri
 from head.facade import Memesh
 from mesh.errors import MemeshError
@@ -75,7 +75,7 @@ async def serve_stream(
     send: Send,
 ) -> None:
     """The caller's notification stream (``GET /mcp`` with a session id)."""
-    key = presented_key(header_map(scope))
+    key = presented_key(header_pairs(scope))  # the door admitted these headers: one key
     with contextlib.ExitStack() as held:
         try:
             credential = held.enter_context(held_stream(memesh, watches, principal, key, scope.get("state", {})))

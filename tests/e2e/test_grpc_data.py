@@ -275,6 +275,11 @@ def test_the_key_and_its_bearer_alias_and_nothing_else(server: Server, stub: dat
     assert error.code() is grpc.StatusCode.UNAUTHENTICATED and reason(rich) == "UNAUTHORIZED"  # type: ignore[attr-defined]
     bearer = (("authorization", f"Bearer {key}"),)
     assert stub.Recall(pb.RetrieveRequest(text="anything"), metadata=bearer, timeout=30).distance_metric == "cosine_distance"
+    other = server.issue("grpc-auth-other", "Writer", "b")["plaintext_secret"]
+    for pair in ((key, other), (other, key)):  # which copy counted was the first; REST read the last
+        twice = tuple(("x-service-key", k) for k in pair)
+        error, rich = refusal(stub.Recall, pb.RetrieveRequest(text="anything"), metadata=twice)
+        assert error.code() is grpc.StatusCode.UNAUTHENTICATED and reason(rich) == "UNAUTHORIZED"  # type: ignore[attr-defined]
     reader = server.issue("grpc-auth", "Reader", "r")["plaintext_secret"]
     error, rich = refusal(
         stub.WriteCell, pb.WriteCellRequest(cell=pb.CellInput(content="x", cell_type="Fact")), metadata=auth(reader)

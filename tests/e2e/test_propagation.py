@@ -121,6 +121,20 @@ def test_the_stream_refuses_before_the_upgrade(server: Server) -> None:
     assert server.output().count("without completing handshake") == logged, "a refused handshake logged as an error"
 
 
+def test_a_handshake_with_two_keys_is_refused_whichever_comes_first(server: Server) -> None:
+    """The handshake read the first of two ``x-service-key`` headers and REST the last: [tenant a's key,
+    tenant b's key] streamed as one tenant here and answered as the other there."""
+    key = server.issue("two-keys", "Reader", "r")["plaintext_secret"]
+    other = server.issue("two-keys-other", "Reader", "o")["plaintext_secret"]
+    for pair in ([key, other], [other, key], [key, key]):
+        with pytest.raises(InvalidStatus) as caught:
+            connect(ws_url(server), additional_headers=[("x-service-key", k) for k in pair], open_timeout=10)
+        assert caught.value.response.status_code == 401
+        assert json.loads(caught.value.response.body)["error"]["code"] == "unauthorized"
+    with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10):
+        pass  # one key still opens the stream
+
+
 def test_pull_errors_over_real_sockets(server: Server) -> None:
     key = server.issue("pull-errs", "Reader", "r")["plaintext_secret"]
     with server.http(key) as http:

@@ -134,9 +134,11 @@ async def test_login_needs_the_provider_and_the_callback_needs_the_state(console
 
 
 async def test_the_landing_page_is_static(console: ConsoleHarness) -> None:
-    response = await console.http.get("/admin")
-    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
-    assert "s3cret" not in response.text and "/admin/auth/login" in response.text
+    for path in ("/admin", "/admin/"):  # both spellings answer the page (the app redirects no slashes)
+        response = await console.http.get(path)
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+        assert "s3cret" not in response.text and "/admin/auth/login" in response.text
+    assert_error(await console.http.get("/admin/static/console.js/"), 404, "not_found")
 
 
 async def test_the_page_and_its_files_carry_a_strict_csp(console: ConsoleHarness) -> None:

@@ -359,3 +359,29 @@ async def test_a_page_size_is_written_in_decimal_digits(api: Api) -> None:
         for path in ("/v1/cells", "/v1/scenes"):
             assert_error(await api.send("GET", path, key, params={"limit": loose}), 400, "validation")
     assert (await api.send("GET", "/v1/cells", key, params={"limit": "3"})).status_code == 200
+
+
+async def test_a_trailing_slash_is_a_404_in_the_envelope_never_a_redirect(api: Api) -> None:
+    """``POST /v1/query/`` answered 307 with an empty body and ``Location: http://...``: not the envelope, and a
+    client behind a TLS proxy that follows it sends its key and body in plaintext."""
+    key = await api.key()
+    for method, path in (("POST", "/v1/query/"), ("POST", "/v1/recall/"), ("GET", "/v1/cells/"), ("POST", "/v1/inbox:pull/")):
+        refused = await api.send(method, path, key, {"text": "x", "k": 1} if method == "POST" else None)
+        assert_error(refused, 404, "not_found")
+        assert "location" not in refused.headers
+    assert (await api.send("POST", "/v1/query", key, {"text": "x", "k": 1})).status_code == 200
+
+
+async def test_a_request_with_two_keys_is_refused_whichever_comes_first(api: Api) -> None:
+    """REST read the last of two ``x-service-key`` headers, the WebSocket handshake and gRPC the first: the
+    same request was one tenant on one door and another tenant on the next. A request sends one key."""
+    key, other = await api.key("t1"), await api.key("t2")
+    for pair in ([key, other], [other, key], [key, key]):
+        headers = [("x-service-key", k) for k in pair]
+        refused = await api.http.request("POST", "/v1/query", json={"text": "x", "k": 1}, headers=headers)
+        assert_error(refused, 401, "unauthorized")
+    mcp = [("authorization", f"Bearer {key}"), ("authorization", f"Bearer {other}")]
+    refused = await api.http.request("POST", "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers=mcp)
+    assert_error(refused, 401, "unauthorized")
+    beside = [("x-service-key", key), ("authorization", "Bearer a-proxy-token"), ("authorization", "Basic b")]
+    assert (await api.http.request("POST", "/v1/query", json={"text": "x", "k": 1}, headers=beside)).status_code == 200
