@@ -190,7 +190,7 @@ async def _listen(
 ) -> HandlerResult:
     request = ctx.request
     assert request is not None  # _caller found the principal on it
-    key = presented_key({k.lower(): v for k, v in request.headers.items()})
+    key = presented_key(request.headers.items())
     with contextlib.ExitStack() as held:
         try:
             credential = held.enter_context(held_stream(memesh, watches, principal, key, request.state, wants_inbox))

@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from api.admission import presented_key
 from api.app import create_app
 from head.facade import Memesh
+from mesh.errors import Unauthorized
 from tests.unit.conftest import ADMIN, assert_error
 
 ERAS = ["legacy", "2026-07-28"]
@@ -38,11 +39,18 @@ async def key_of(core: Memesh, tenant: str, role: str = "Writer") -> str:
 
 
 def test_the_key_comes_from_the_header_or_a_bearer_token() -> None:
-    assert presented_key({"x-service-key": "msh_a"}) == "msh_a"
-    assert presented_key({"authorization": "Bearer msh_b"}) == "msh_b"
-    assert presented_key({"authorization": "bearer  msh_c "}) == "msh_c"
-    assert presented_key({"authorization": "Basic bXNoOng="}) is None
-    assert presented_key({"authorization": "Bearer "}) is None and presented_key({}) is None
+    assert presented_key([("x-service-key", "msh_a")]) == "msh_a"
+    assert presented_key([("Authorization", "Bearer msh_b")]) == "msh_b"
+    assert presented_key([("authorization", "bearer  msh_c ")]) == "msh_c"
+    assert presented_key([("authorization", "Basic bXNoOng=")]) is None
+    assert presented_key([("authorization", "Bearer ")]) is None and presented_key([]) is None
+    assert presented_key([("x-service-key", "msh_a"), ("authorization", "Bearer x"), ("authorization", "Bearer y")]) == "msh_a"
+    assert presented_key([("x-service-key", "msh_a")], bearer=False) == "msh_a"
+    assert presented_key([("authorization", "Bearer msh_b")], bearer=False) is None
+    keys_twice = [("x-service-key", "msh_a"), ("X-Service-Key", "msh_a")]
+    for twice in (keys_twice, [("authorization", "Bearer a"), ("authorization", "Bearer b")]):
+        with pytest.raises(Unauthorized):
+            presented_key(twice)
 
 
 async def test_no_key_is_the_spec_envelope_before_any_mcp(core: Memesh) -> None:
