@@ -62,7 +62,7 @@ from mesh.identity import (
     require_service_admin,
     transition,
 )
-from mesh.ids import Clock, IdSource
+from mesh.ids import Clock, IdSource, is_new_name
 from mesh.roster import EVERYTHING
 from mesh.seam import Directory
 
@@ -251,8 +251,8 @@ class IdentityService:
         if credential_kind != "api_key_hash":
             raise ValidationFailed("credential_kind must be api_key_hash")
         subject = check_subject(oidc_subject) if oidc_subject is not None else None
-        if not tenant_id or len(tenant_id) > 128 or not tenant_id.isprintable():
-            raise ValidationFailed("tenant_id must be 1 to 128 printable characters")
+        if not is_new_name(tenant_id, 128):
+            raise ValidationFailed("tenant_id must be 1 to 128 printable characters, not blank nor with a space at either end")
         parsed = parse_roles(roles)
         name = check_display_name(display_name)
         scope = check_read_scope(read_scope or ())

@@ -33,7 +33,7 @@ from head.usage import UsageLedger
 from mesh.errors import DimensionMismatch, Forbidden, MemeshError, NotFound, ValidationFailed
 from mesh.fusion import fuse, merge
 from mesh.identity import Principal, require_writer
-from mesh.ids import Clock, IdSource
+from mesh.ids import Clock, IdSource, check_project
 from mesh.lexical import query_terms
 from mesh.model import DEFAULT_PROJECT, Cell, NewCell, Scene, Session, Vector, default_layer, is_unit, normalize
 from mesh.query import NodeFilter, SearchAnswer, SearchRequest, rerank_for_recall
@@ -177,7 +177,7 @@ class MemoryService:
                 raise ValidationFailed("project_id differs from the session's project")
             project = session.project_id
         project = project or DEFAULT_PROJECT
-        self._check_project(project)
+        self._check_project(project, new=True)
         if not principal.can_read_project(project):
             raise Forbidden("the project is outside this agent's scope")
         if not spec.content.strip():
@@ -188,9 +188,8 @@ class MemoryService:
             raise ValidationFailed("salience must be between 0.0 and 1.0")
         return project
 
-    def _check_project(self, project: str) -> None:
-        if not project or len(project) > self._limits.max_project_chars or not project.isprintable():
-            raise ValidationFailed(f"project_id must be 1 to {self._limits.max_project_chars} printable characters")
+    def _check_project(self, project: str, new: bool = False) -> None:
+        check_project(project, self._limits.max_project_chars, new)
 
     async def _vectors_for(self, specs: list[NewCell], tenant_id: str) -> list[Vector]:
         missing = [i for i, s in enumerate(specs) if s.embedding is None]
@@ -361,7 +360,7 @@ class MemoryService:
     async def open_session(self, principal: Principal, project_id: str) -> Session:
         """Sessions scope writes to a project, so opening one needs a write role."""
         require_writer(principal)
-        self._check_project(project_id)
+        self._check_project(project_id, new=True)
         if not principal.can_read_project(project_id):
             raise Forbidden("the project is outside this agent's scope")
         session = Session(

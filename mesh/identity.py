@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from mesh.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from mesh.ids import is_new_name
 
 KEY_PREFIX = "msh_"
 DISPLAY_NAME_MAX = 64
@@ -133,8 +134,10 @@ def check_read_scope(projects: Iterable[str]) -> frozenset[str]:
     if len(scope) > READ_SCOPE_MAX:
         raise ValidationFailed(f"read_scope holds at most {READ_SCOPE_MAX} projects")
     for project in scope:
-        if not isinstance(project, str) or not project or len(project) > PROJECT_ID_MAX or not project.isprintable():
-            raise ValidationFailed(f"each read_scope project is 1 to {PROJECT_ID_MAX} printable characters")
+        if not is_new_name(project, PROJECT_ID_MAX):
+            raise ValidationFailed(
+                f"each read_scope project is 1 to {PROJECT_ID_MAX} printable characters, not blank nor with a space at either end"
+            )
     return scope
 
 

@@ -13,7 +13,26 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+from mesh.errors import ValidationFailed
+
 _COUNTER_MAX = 0xFFF
+
+
+def is_new_name(value: object, max_chars: int) -> bool:
+    """Whether ``value`` may name a new project or tenant: 1 to ``max_chars`` printable characters, neither
+    blank nor with a space at either end (``" "`` and ``"p "`` would be projects that look like none, or like
+    ``p``). Names already stored are read as they are; this holds only what is made from now on."""
+    return isinstance(value, str) and 0 < len(value) <= max_chars and value.isprintable() and value == value.strip()
+
+
+def check_project(project: str, max_chars: int, new: bool = False) -> None:
+    """ValidationFailed unless ``project`` is 1 to ``max_chars`` printable characters (what a filter may name);
+    one that writes or opens a session (``new``) is also held to :func:`is_new_name`."""
+    if not project or len(project) > max_chars or not project.isprintable():
+        raise ValidationFailed(f"project_id must be 1 to {max_chars} printable characters")
+    if new and not is_new_name(project, max_chars):
+        raise ValidationFailed("project_id must not be blank nor begin or end with a space")
+
 
 Clock = Callable[[], datetime]
 """The wall clock a caller passes in (a runtime reads the real one; tests pass a fixed one)."""

@@ -26,7 +26,7 @@ from head.embedding import Embedder, HashEngine, Matrix
 from head.facade import Memesh
 from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from mesh.console_sessions import PendingLogin, PendingLogins, address_owner
-from mesh.errors import QuotaExceeded, RateLimited
+from mesh.errors import QuotaExceeded, RateLimited, ValidationFailed
 from mesh.identity import Principal, Role, hash_key
 from mesh.ratelimit import BucketPolicy, TokenBuckets
 from mesh.seam import beacon_set_index
@@ -385,3 +385,24 @@ async def test_a_request_with_two_keys_is_refused_whichever_comes_first(api: Api
     assert_error(refused, 401, "unauthorized")
     beside = [("x-service-key", key), ("authorization", "Bearer a-proxy-token"), ("authorization", "Basic b")]
     assert (await api.http.request("POST", "/v1/query", json={"text": "x", "k": 1}, headers=beside)).status_code == 200
+
+
+async def test_a_new_project_or_tenant_is_not_blank_nor_padded(api: Api) -> None:
+    """``"project_id": " "`` wrote a cell and opened a session: a project that looks like none (and ``"p "``
+    one that looks like ``p``). A filter may still name any printable project, as stored data may hold one."""
+    key = await api.key()
+    for project in (" ", "  ", "p ", " p", "\u3000"):
+        assert_error(
+            await api.send("POST", "/v1/cells", key, {"content": "x", "cell_type": "Fact", "project_id": project}),
+            400,
+            "validation",
+        )
+        assert_error(await api.send("POST", "/v1/sessions", key, {"project_id": project}), 400, "validation")
+    assert (
+        await api.send("POST", "/v1/cells", key, {"content": "x", "cell_type": "Fact", "project_id": "a b"})
+    ).status_code == 201
+    assert (await api.send("GET", "/v1/scenes", key, params={"project_id": " "})).status_code == 200
+    with pytest.raises(ValidationFailed):
+        await api.memesh.identity.issue(ADMIN, " ", "padded", ["Writer"])
+    with pytest.raises(ValidationFailed):
+        await api.memesh.identity.issue(ADMIN, "t1", "scoped", ["Reader"], [" "])
