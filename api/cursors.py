@@ -21,7 +21,9 @@ def decode_cursor(cursor: str | None) -> str | None:
         return None
     try:
         value = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        UUID(value)
+        canonical = str(UUID(value)) == value
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValidationFailed("cursor is not one this service issued") from None
+        canonical = False
+    if not canonical or encode_cursor(value) != cursor:  # padding, stray characters, another spelling of the id
+        raise ValidationFailed("cursor is not one this service issued")
     return value

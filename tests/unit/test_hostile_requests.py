@@ -406,3 +406,15 @@ async def test_a_new_project_or_tenant_is_not_blank_nor_padded(api: Api) -> None
         await api.memesh.identity.issue(ADMIN, " ", "padded", ["Writer"])
     with pytest.raises(ValidationFailed):
         await api.memesh.identity.issue(ADMIN, "t1", "scoped", ["Reader"], [" "])
+
+
+async def test_a_cursor_is_exactly_as_issued(api: Api) -> None:
+    """``next_cursor + "=="`` listed the same page: the decoder took padding and skipped characters outside
+    base64url, so a cursor had many spellings though decisions.md says it is the unpadded form."""
+    key = await api.key()
+    for n in range(3):
+        await api.send("POST", "/v1/cells", key, {"content": f"cell {n}", "cell_type": "Fact"})
+    cursor = (await api.send("GET", "/v1/cells", key, params={"limit": 1})).json()["next_cursor"]
+    assert (await api.send("GET", "/v1/cells", key, params={"limit": 1, "cursor": cursor})).status_code == 200
+    for spelling in (cursor + "==", cursor + "=", f"!{cursor}", f"{cursor[:4]}.{cursor[4:]}", cursor.upper()):
+        assert_error(await api.send("GET", "/v1/cells", key, params={"limit": 1, "cursor": spelling}), 400, "validation")
