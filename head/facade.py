@@ -50,6 +50,8 @@ from mesh.roster import EVERYTHING
 from mesh.seam import Directory, actor_kinds, every_actor
 from mesh.tuning import RecallTuning, RetrievalTuning
 
+NODES_PER_READ_TOKEN = 100  # a read asking for more nodes than this costs a Read token per this many
+
 
 class Bucket(StrEnum):
     """Rate-limit classes; each caller has one bucket per class."""
@@ -89,6 +91,7 @@ class Memesh:
         self.directory = directory
         self.embedder = embedder
         self._max_batch_cells = limits.max_batch_cells
+        self._max_nodes = max(limits.max_k, limits.max_list)  # the most nodes any one read may ask for
         # the partition layout in force and the moves this head's start made (set by cluster.compose)
         self.partitions = Settled(Layout({}))
         ids = system_ids(clock)
@@ -179,6 +182,16 @@ class Memesh:
         if cells > self._max_batch_cells:
             raise ValidationFailed(f"at most {self._max_batch_cells} cells per batch")
         self.charge(principal, Bucket.WRITE, max(1, cells))
+
+    def charge_read(self, principal: Principal, nodes: int, charged: float = 0.0) -> None:
+        """The Read tokens of a read that asks for up to ``nodes`` nodes (``k``, a page's ``limit``): one per
+        ``NODES_PER_READ_TOKEN``, at least one, less the ``charged`` its admission took. A recall of 1,000 nodes
+        costs about ten of 10 in CPU (rendering them), so one key cannot take the cores of every tenant by
+        asking for the most at the read rate. ``nodes`` past the most a read may ask costs as that most (the
+        use case refuses it), so no cost is one a retry could never pay."""
+        cost = max(1.0, min(nodes, self._max_nodes) / NODES_PER_READ_TOKEN) - charged
+        if cost > 0:
+            self.charge(principal, Bucket.READ, cost)
 
     def charge_address(self, address: str, bucket: Bucket) -> None:
         """Charge an unauthenticated caller by its address (a console login not yet made)."""

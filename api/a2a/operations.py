@@ -58,8 +58,11 @@ class Operation(BaseModel):
 
     async def run(self, memesh: Memesh, principal: Principal) -> dict[str, Any]:
         """Charge ``bucket``, then the use case: ``{"op", "result"}`` (reads also echo their ``scope``)."""
-        memesh.charge(principal, self.bucket)
+        self.charge(memesh, principal)
         return {"op": self.op, "result": await self.call(memesh, principal)}
+
+    def charge(self, memesh: Memesh, principal: Principal) -> None:
+        memesh.charge(principal, self.bucket)
 
     async def call(self, memesh: Memesh, principal: Principal) -> Any:
         raise NotImplementedError
@@ -74,6 +77,9 @@ class Search(Operation):
     source_agent: StrictStr | None = None
     layer: Layer | None = None
     ranking: Ranking | None = None
+
+    def charge(self, memesh: Memesh, principal: Principal) -> None:
+        memesh.charge_read(principal, self.k)  # as every door: a Read token per 100 nodes asked, at least one
 
     async def run(self, memesh: Memesh, principal: Principal) -> dict[str, Any]:
         """Hits, and the scope they were read in (an empty ``read_scope`` is the whole tenant)."""

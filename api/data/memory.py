@@ -5,7 +5,8 @@ Authentication happened in the gate (:mod:`api.data.gate`); each route
 charges its rate-limit bucket through its principal dependency
 (:mod:`api.deps`: ``Reader`` the Read bucket, ``Writer`` the Write bucket;
 a batch, ``Caller``, charges the Write bucket once per cell after its body is
-read).
+read; a read of more than 100 nodes, a Read token more per 100 once its ``k`` or
+``limit`` is read: ``Memesh.charge_read``).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ async def write_cells(body: CellBatchIn, principal: Caller, core: Core) -> Respo
 @router.get("/cells", response_model=CellListOut, tags=["cells"], summary="List your tenant's cells (keyset pages)")
 async def list_cells(params: Annotated[CellListIn, Query()], principal: Reader, core: Core) -> Response:
     """Cells in id order (creation order), filtered as ``query`` filters; live cells unless ``include_superseded``."""
+    core.charge_read(principal, params.limit, charged=1)
     cells, more = await core.cells.list(principal, params.node_filter(), decode_cursor(params.cursor), params.limit)
     return page_response("cells", cells, encode_cursor(cells[-1].id) if more and cells else None)
 
@@ -111,12 +113,14 @@ async def delete_cell(cell_id: UUID, principal: Writer, core: Core) -> OkOut:
     summary="Most relevant live nodes: similarity fused with BM25, or similarity alone",
 )
 async def query(body: QueryIn, principal: Reader, core: Core) -> Response:
+    core.charge_read(principal, body.k, charged=1)
     cells = await core.memory.query(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
     return nodes_response(cells)
 
 
 @router.post("/recall", response_model=list[NodeOut], tags=["retrieval"], summary="Relevance blended with salience and recency")
 async def recall(body: QueryIn, principal: Reader, core: Core) -> Response:
+    core.charge_read(principal, body.k, charged=1)
     cells = await core.memory.recall(principal, body.text, body.embedding, body.k, node_filter(body), body.ranking)
     return nodes_response(cells)
 
@@ -141,6 +145,7 @@ async def list_scenes(
     cursor: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1), BeforeValidator(decimal_digits)] = 50,
 ) -> SceneListOut:
+    core.charge_read(principal, limit, charged=1)
     scenes, more = await core.memory.list_scenes(principal, project_id, decode_cursor(cursor), limit)
     next_cursor = encode_cursor(scenes[-1].id) if more and scenes else None
     return SceneListOut(scenes=[SceneOut.of(s) for s in scenes], next_cursor=next_cursor)

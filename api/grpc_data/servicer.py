@@ -7,7 +7,8 @@ Guarantees:
   its REST route charges: Read for Query, Recall, GetCell, ListCells, GetScene,
   ListScenes and the beacons; Write for WriteCell, DeleteCell, the sessions and
   ConsolidateScene, and one
-  Write token per cell for WriteCells; Inbox for PullInbox, AckInbox and each
+  Write token per cell for WriteCells (a read of more than 100 nodes, one Read
+  token more per 100 of its ``k`` or page size, as REST); Inbox for PullInbox, AckInbox and each
   StreamInbox. Identity is never read from a field.
 - Then it runs the same use case as the route, on the facade, with the
   request judged by the route's model (:mod:`api.grpc_data.wire`).
@@ -103,6 +104,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
     async def ListCells(self, request: pb.ListCellsRequest, context: Any) -> pb.ListCellsResponse:  # noqa: N802
         async def work(p: Principal) -> pb.ListCellsResponse:
             after, limit = _page(request)
+            self.memesh.charge_read(p, limit, charged=1)
             fields = {
                 **wire.given(request, "project_id", "layer", "scene_id", "source_agent"),
                 "cell_type": list(request.cell_types) or None,
@@ -136,6 +138,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
             if request.view not in pb.View.values():  # proto3 keeps an enum number it does not know
                 raise InvalidRequest(f"view {request.view} is not a View", [("view", "must be BASIC or FULL")])
             body = wire.validated(QueryIn, wire.query_fields(request))
+            self.memesh.charge_read(p, body.k, charged=1)
             search = self.memesh.memory.recall_hits if recall else self.memesh.memory.query_hits
             hits = await search(p, body.text, body.embedding, body.k, node_filter(body), body.ranking)
             full = request.view == pb.FULL
@@ -197,6 +200,7 @@ class DataServicer(data_pb2_grpc.DataServiceServicer):  # type: ignore[misc]
     async def ListScenes(self, request: pb.ListScenesRequest, context: Any) -> pb.ListScenesResponse:  # noqa: N802
         async def work(p: Principal) -> pb.ListScenesResponse:
             after, limit = _page(request)
+            self.memesh.charge_read(p, limit, charged=1)
             scenes, more = await self.memesh.memory.list_scenes(p, request.project_id or None, after, limit)
             return pb.ListScenesResponse(
                 scenes=[wire.scene(s, request.include_embedding) for s in scenes],

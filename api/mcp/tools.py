@@ -251,7 +251,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
             ranking: RankingParam = None,
         ) -> list[Hit]:
             principal = _caller(ctx)
-            memesh.charge(principal, Bucket.READ)
+            memesh.charge_read(principal, k)
             return _hits(await search(principal, text, None, k, _filter(cell_types, scene_id, source_agent, layer), ranking))
 
     search_tool("recall", RECALL, memesh.memory.recall_hits)
@@ -307,7 +307,7 @@ def build_mcp_server(memesh: Memesh, bus: SubscriptionBus, watches: InboxWatches
         limit: Annotated[int, Field(ge=1, le=500)] = 50,
     ) -> CellPage:
         principal = _caller(ctx)
-        memesh.charge(principal, Bucket.READ)
+        memesh.charge_read(principal, limit)
         flt = replace(
             _filter(cell_types, scene_id, source_agent, layer),
             project_ids=frozenset({project_id}) if project_id is not None else None,

@@ -116,6 +116,20 @@ async def test_messages_other_than_tool_calls_are_charged_too(make_core: Callabl
     await app.state.mcp.close()
 
 
+async def test_a_search_of_many_nodes_costs_a_read_token_per_hundred(make_core: Callable[..., Memesh]) -> None:
+    """As on every door (``Memesh.charge_read``): k=1000 costs ten Read tokens, k=10 one."""
+    core = make_core(rate_limits={"read": {"rate": 0.001, "burst": 12}})
+    app = create_app(core)
+    key = await key_of(core, "t1", "Reader")
+    async with mcp_client(app, {"x-service-key": key}, "2026-07-28") as mcp:  # its handshake costs its tokens
+        for _ in range(3):
+            assert not (await mcp.call_tool("recall", {"text": "anything", "k": 10})).is_error
+        refused = await mcp.call_tool("query", {"text": "anything", "k": 1000})
+        assert refused.is_error and refused.content[0].text.startswith("rate_limited:")
+        assert not (await mcp.call_tool("query", {"text": "anything", "k": 100})).is_error
+    await app.state.mcp.close()
+
+
 async def test_only_post_is_served_and_nothing_holds_a_connection_open(core: Memesh) -> None:
     """Without a session id there is no server stream: a GET must not open one (the session stream is
     bounded by the inbox stream slots, tests/unit/test_mcp_push.py); other methods and bodies get the
