@@ -228,8 +228,15 @@ def parser() -> argparse.ArgumentParser:
     listing = agents.add_parser("list", help="one page of agents")
     listing.add_argument("--cursor")
     listing.add_argument("--limit", type=int, default=50)
-    for verb in ("get", "revoke", "rotate", "suspend", "reinstate"):
-        agents.add_parser(verb).add_argument("agent_id")
+    verbs = {
+        "get": "one agent's record",
+        "revoke": "end the agent for good (its key and open streams stop at once)",
+        "rotate": "issue the agent a new key and print it once (the old one stops at once)",
+        "suspend": "stop the agent's key until it is reinstated",
+        "reinstate": "let a suspended agent's key in again",
+    }
+    for verb, text in verbs.items():
+        agents.add_parser(verb, help=text).add_argument("agent_id")
     audit = groups.add_parser("audit", help="the hash-chained audit log").add_subparsers(dest="verb", required=True)
     audit.add_parser("verify", help="recompute the chain; exits 1 when a row was altered")
     nodes = groups.add_parser("nodes", help="knowledge nodes").add_subparsers(dest="verb", required=True)
