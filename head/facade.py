@@ -38,6 +38,7 @@ from head.observatory_hub import ObservatoryHub, ObservatoryHubConfig
 from head.partition_resizer import PartitionResizer
 from head.reembed import ReembedRunner
 from head.request_log import RequestLog
+from head.role_gate import RoleGate
 from head.roster_link import RosterLink
 from head.usage import Quotas, UsageLedger
 from mesh.errors import MemeshError, RateLimited, Unauthorized, Unavailable, ValidationFailed
@@ -107,6 +108,7 @@ class Memesh:
         self.resizer = PartitionResizer(directory, self.heads.publish, None, embedder.dims)
         self.resizer.followers.append(self._partitions_moved)
         self.identity.fence = self.heads
+        self.role_gate = RoleGate(directory, monotonic)
         self.inbox = InboxService(directory, embedder, ids, clock, inbox_limits, self.usage)
         self.observatory = ObservatoryHub(directory, observatory)
         self.data = DataService(directory, ids, clock, signer, embedder.gate)
@@ -282,6 +284,7 @@ class Memesh:
         await self.reembed.wait(60.0)
         await self.data.wait_idle(60.0)
         await self.memory.close()
+        await self.role_gate.close()
         self.embedder.close()
         await self.directory.close(last=owner or others == 0)
 

@@ -430,14 +430,6 @@ class IdentityService:
         """The synchronous audit row of a control-plane operation: the operation fails if it cannot be written."""
         await record(self._dir, actor, kind, target, outcome, detail)
 
-    async def refuse_non_admin(self, actor: Principal, surface: str, target: str) -> None:
-        """The coarse role gate of the admin surfaces: a non-admin is refused before any dispatch,
-        and the refusal leaves an ``AuthzDenied`` row. Raises Forbidden (after the row is durable)."""
-        if actor.is_admin:
-            return
-        await self._audit(actor, AuditKind.AUTHZ_DENIED, target, "denied", {"action": surface, "reason": "role"})
-        require_admin(actor)
-
     async def verify_audit(self, actor: Principal) -> dict[str, Any]:
         """Recompute the whole audit chain from storage (admins only)."""
         require_admin(actor)

@@ -132,5 +132,5 @@ class AdminGate:
             raise Unauthorized("the session's identity is no longer active: log in again")
         if not principal.is_admin:
             self.memesh.charge(principal, Bucket.ADMIN)  # a refused caller cannot add audit rows without limit
-            await self.memesh.identity.refuse_non_admin(principal, "admin_console", path)
+            await self.memesh.role_gate.refuse_non_admin(principal, "admin_console", path)
         return principal, session

@@ -57,7 +57,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[Principal], Awaitable[T]]) -> T:
         try:
             principal = await admit_grpc(self.memesh, context, Bucket.ADMIN)
-            await self.memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
+            await self.memesh.role_gate.refuse_non_admin(principal, "admin_grpc", "AdminService")
             return await work(principal)
         except MemeshError as exc:
             await refuse(context, exc)
@@ -195,7 +195,7 @@ def admin_interceptors(memesh: Memesh) -> list[grpc.aio.ServerInterceptor]:
     the admin role, as every call), never gRPC's UNKNOWN."""
 
     async def admins_only(principal: Principal) -> None:
-        await memesh.identity.refuse_non_admin(principal, "admin_grpc", "AdminService")
+        await memesh.role_gate.refuse_non_admin(principal, "admin_grpc", "AdminService")
 
     return [UndecodableRequests(memesh, Bucket.ADMIN, admins_only, refuse)]
 
