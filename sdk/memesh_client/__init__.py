@@ -14,9 +14,13 @@ from memesh_client.errors import (
     NotFound,
     QuotaExceeded,
     RateLimited,
+    ServiceFailed,
+    StorageUnavailable,
     TimedOut,
+    TransactionFailed,
     Unauthorized,
     Unavailable,
+    UnreadableAnswer,
     ValidationFailed,
 )
 from memesh_client.models import CellPage, InboxItem, Node, PullPage, Scene, ScenePage
@@ -40,9 +44,13 @@ __all__ = [
     "RetryPolicy",
     "Scene",
     "ScenePage",
+    "ServiceFailed",
+    "StorageUnavailable",
     "TimedOut",
+    "TransactionFailed",
     "Unauthorized",
     "Unavailable",
+    "UnreadableAnswer",
     "ValidationFailed",
     "cell",
 ]

@@ -6,7 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
 
+from memesh_client.errors import ValidationFailed
 from memesh_client.models import (
     CellPage,
     CellType,
@@ -29,6 +31,12 @@ class Call(Generic[T]):
     parse: Callable[[Any], T]
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
+
+
+def _segment(value: str) -> str:
+    """An id as one path segment: ``/``, ``?``, ``#`` and dots escaped, so an id from a model's output (``../beacons/x``,
+    ``x?project_id=y``, ``..``) names no other route; the service answers 400 for what is no id."""
+    return quote(str(value), safe="").replace(".", "%2E")
 
 
 def _given(**values: Any) -> dict[str, Any]:
@@ -75,7 +83,7 @@ def write_many(cells: list[dict[str, Any]]) -> Call[list[Node]]:
 
 
 def get_cell(cell_id: str) -> Call[Node]:
-    return Call("GET", f"/v1/cells/{cell_id}", Node.model_validate)
+    return Call("GET", f"/v1/cells/{_segment(cell_id)}", Node.model_validate)
 
 
 def list_cells(
@@ -96,7 +104,7 @@ def list_cells(
 
 
 def delete_cell(cell_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/cells/{cell_id}", _ok)
+    return Call("DELETE", f"/v1/cells/{_segment(cell_id)}", _ok)
 
 
 class SearchOptions(TypedDict, total=False):
@@ -128,20 +136,22 @@ def open_session(project_id: str) -> Call[str]:
 
 
 def close_session(session_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/sessions/{session_id}", _ok)
+    return Call("DELETE", f"/v1/sessions/{_segment(session_id)}", _ok)
 
 
 def place_beacon(interest: str, ttl_s: float | None, expires_at: datetime | None) -> Call[str]:
+    if expires_at is not None and expires_at.utcoffset() is None:
+        raise ValidationFailed("expires_at must carry its time zone (a naive datetime names no instant)")
     body = _given(interest=interest, ttl_s=ttl_s, expires_at=expires_at.isoformat() if expires_at else None)
     return Call("POST", "/v1/beacons", lambda b: str(b["node_id"]), body)
 
 
 def remove_beacon(beacon_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/beacons/{beacon_id}", _ok)
+    return Call("DELETE", f"/v1/beacons/{_segment(beacon_id)}", _ok)
 
 
 def get_scene(scene_id: str) -> Call[Scene]:
-    return Call("GET", f"/v1/scenes/{scene_id}", Scene.model_validate)
+    return Call("GET", f"/v1/scenes/{_segment(scene_id)}", Scene.model_validate)
 
 
 def list_scenes(project_id: str | None, cursor: str | None, limit: int) -> Call[ScenePage]:
@@ -151,7 +161,7 @@ def list_scenes(project_id: str | None, cursor: str | None, limit: int) -> Call[
 
 
 def consolidate(scene_id: str) -> Call[Consolidation]:
-    return Call("POST", f"/v1/scenes/{scene_id}/consolidate", Consolidation.model_validate)
+    return Call("POST", f"/v1/scenes/{_segment(scene_id)}/consolidate", Consolidation.model_validate)
 
 
 def pull(since: int | None, ack: int | None, limit: int | None) -> Call[PullPage]:

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
 from memesh_client._ops import Call
-from memesh_client.errors import MemeshError, error_of
+from memesh_client.errors import MemeshError, UnreadableAnswer, error_of
 
 T = TypeVar("T")
 USER_AGENT = "memesh-client/0.1.0"
@@ -36,14 +37,25 @@ def request_args(call: Call[Any]) -> dict[str, Any]:
 
 
 def read(call: Call[T], response: httpx.Response) -> T:
-    """The parsed answer, or the typed error of a non-2xx one."""
+    """The parsed answer, or the typed error of a non-2xx one (UnreadableAnswer: a 2xx this client cannot read)."""
     if response.is_success:
-        return call.parse(response.json() if response.content else None)
+        try:
+            return call.parse(response.json() if response.content else None)
+        except (ValueError, ValidationError, KeyError, TypeError) as exc:  # not JSON, or not the documented shape
+            raise UnreadableAnswer(f"{call.method} {call.path}: {exc}", response.status_code) from exc
     try:
         body = response.json()
     except ValueError:
         body = None
     raise error_of(response.status_code, body, retry_after(response))
+
+
+def next_cursor(sent: str | None, given: str) -> str:
+    """The cursor of a listing's next page; UnreadableAnswer when the service handed back the one it was sent
+    (a loop that would never end)."""
+    if given == sent:
+        raise UnreadableAnswer(f"the listing answered the cursor it was sent ({given!r}) as its next one")
+    return given
 
 
 def retry_after(response: httpx.Response) -> float | None:

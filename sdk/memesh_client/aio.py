@@ -16,8 +16,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from memesh_client import _ops
 from memesh_client._ops import Call, SearchOptions
-from memesh_client._transport import RetryPolicy, headers, read, request_args, wait_before_retry
-from memesh_client.errors import ConnectionFailed, MemeshError, error_of
+from memesh_client._transport import RetryPolicy, headers, next_cursor, read, request_args, wait_before_retry
+from memesh_client.errors import ConnectionFailed, MemeshError, TimedOut, UnreadableAnswer, ValidationFailed, error_of
 from memesh_client.models import CellPage, CellType, Consolidation, InboxItem, Node, PullPage, Scene, ScenePage
 
 T = TypeVar("T")
@@ -34,10 +34,13 @@ class AsyncMemesh:
         retry: RetryPolicy | None = None,
         http: httpx.AsyncClient | None = None,
     ) -> None:
+        """``http``: a client of your own (its base URL and timeout are used for requests, ``base_url`` for the
+        inbox stream, and it stays open after ``aclose``)."""
         self.retry = retry or RetryPolicy()
         self._base_url = base_url.rstrip("/")
         self._key = key
         self._timeout_s = timeout_s
+        self._owned = http is None
         self._http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
         self._headers = headers(key)
 
@@ -48,7 +51,8 @@ class AsyncMemesh:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owned:
+            await self._http.aclose()
 
     async def _send(self, call: Call[T]) -> T:
         attempt = 0
@@ -86,7 +90,7 @@ class AsyncMemesh:
                 yield cell
             if page.next_cursor is None:
                 return
-            cursor = page.next_cursor
+            cursor = next_cursor(cursor, page.next_cursor)
 
     async def delete_cell(self, cell_id: str) -> None:
         await self._send(_ops.delete_cell(cell_id))
@@ -132,7 +136,9 @@ class AsyncMemesh:
 
         Items arrive after the acknowledged cursor, in ``delivery_seq`` order; ``await inbox.ack(seq)`` moves
         the cursor. A reconnect resumes after the last acknowledged item (at-least-once). A refusal before
-        the upgrade (401, 429) raises its typed error; a stream the service closes raises the error it sent."""
+        the upgrade (401, 429) raises its typed error; a stream the service closes raises the error it sent,
+        and one that ends without saying why (a restart, a dropped connection) ConnectionFailed: the stream
+        never ends by itself, so iterating ends only in an error or when you leave the block."""
         url = self._base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/v1/inbox"
         try:
             ws = await connect(url, additional_headers={"x-service-key": self._key}, open_timeout=self._timeout_s)
@@ -146,7 +152,7 @@ class AsyncMemesh:
             raise error_of(response.status_code, body, float(wait) if wait else None) from None
         except (OSError, TimeoutError) as exc:
             raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from exc
-        stream = InboxStream(ws)
+        stream = InboxStream(ws, self._timeout_s)
         try:
             yield stream
         finally:
@@ -157,8 +163,10 @@ class InboxStream:
     """One open inbox stream: iterate for items, :meth:`ack` to acknowledge. Answers to acks and items share
     the socket; a reader task tells them apart, so iterating and acknowledging may run concurrently."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: ClientConnection, timeout_s: float = 30.0) -> None:
         self._ws = ws
+        self._timeout_s = timeout_s
+        self._closing = False
         self._items: asyncio.Queue[InboxItem | MemeshError | None] = asyncio.Queue()
         self._acks: asyncio.Queue[asyncio.Future[int]] = asyncio.Queue()
         self._reader = asyncio.get_running_loop().create_task(self._read())
@@ -177,16 +185,25 @@ class InboxStream:
         return item
 
     async def ack(self, seq: int) -> int:
-        """Acknowledge every item up to ``seq``; the cursor after it (RateLimited when the Inbox bucket is empty)."""
+        """Acknowledge every item up to ``seq``; the cursor after it (RateLimited when the Inbox bucket is empty,
+        TimedOut when no answer comes within the client's ``timeout_s``, ValidationFailed for a ``seq`` that is
+        no sequence number, before anything is sent)."""
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise ValidationFailed(f"ack takes a delivery_seq (an integer >= 0), not {seq!r}")
         answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._acks.put_nowait(answer)  # answers come in the order the frames were sent
         try:
             await self._ws.send(json.dumps({"ack": seq}))
         except ConnectionClosed as exc:
             raise ConnectionFailed("the inbox stream is closed") from exc
-        return await answer
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await asyncio.shield(answer)  # a late answer still resolves it, in order
+        except TimeoutError:
+            raise TimedOut(f"no answer to the ack within {self._timeout_s} s") from None
 
     async def close(self) -> None:
+        self._closing = True
         self._reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._reader
@@ -196,9 +213,15 @@ class InboxStream:
         ended: MemeshError | None = None
         try:
             async for frame in self._ws:
-                message = json.loads(frame)
-                if "delivery_seq" in message:
-                    self._items.put_nowait(InboxItem.model_validate(message))
+                try:
+                    message = json.loads(frame)
+                    item = InboxItem.model_validate(message) if "delivery_seq" in message else None
+                except (ValueError, TypeError) as exc:  # not JSON, or an item of another shape
+                    ended = UnreadableAnswer(f"an inbox frame this client cannot read: {exc}")
+                    await self._ws.close()
+                    break
+                if item is not None:
+                    self._items.put_nowait(item)
                 elif "cursor" in message and not self._acks.empty():
                     self._acks.get_nowait().set_result(int(message["cursor"]))
                 elif "error" in message:
@@ -210,6 +233,9 @@ class InboxStream:
         except ConnectionClosed:
             pass
         finally:
+            if ended is None and not self._closing:  # the service went, or the network: say so
+                received = self._ws.close_code
+                ended = ConnectionFailed(f"the inbox stream ended without an error frame (close code {received})")
             closed = ended or ConnectionFailed("the inbox stream closed")
             while not self._acks.empty():
                 pending = self._acks.get_nowait()

@@ -11,7 +11,7 @@ import httpx
 
 from memesh_client import _ops
 from memesh_client._ops import Call, SearchOptions
-from memesh_client._transport import RetryPolicy, headers, read, request_args, wait_before_retry
+from memesh_client._transport import RetryPolicy, headers, next_cursor, read, request_args, wait_before_retry
 from memesh_client.errors import ConnectionFailed, MemeshError
 from memesh_client.models import CellPage, CellType, Consolidation, Node, PullPage, Scene, ScenePage
 
@@ -27,7 +27,9 @@ class Memesh:
     def __init__(
         self, base_url: str, key: str, timeout_s: float = 30.0, retry: RetryPolicy | None = None, http: httpx.Client | None = None
     ) -> None:
+        """``http``: a client of your own (its base URL and timeout are used, and it stays open after ``close``)."""
         self.retry = retry or RetryPolicy()
+        self._owned = http is None
         self._http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
         self._headers = headers(key)
 
@@ -38,7 +40,8 @@ class Memesh:
         self.close()
 
     def close(self) -> None:
-        self._http.close()
+        if self._owned:
+            self._http.close()
 
     def _send(self, call: Call[T]) -> T:
         attempt = 0
@@ -73,14 +76,14 @@ class Memesh:
         return self._send(_ops.list_cells(**filters))
 
     def iter_cells(self, **filters: Any) -> Iterator[Node]:
-        """Every cell the filters select, page after page."""
+        """Every cell the filters select, page after page (UnreadableAnswer if a page hands back its own cursor)."""
         cursor = None
         while True:
             page = self.list_cells(**filters, cursor=cursor)
             yield from page.cells
             if page.next_cursor is None:
                 return
-            cursor = page.next_cursor
+            cursor = next_cursor(cursor, page.next_cursor)
 
     def delete_cell(self, cell_id: str) -> None:
         self._send(_ops.delete_cell(cell_id))

@@ -1,5 +1,6 @@
 """The service's answers as typed models (the shapes of ``/openapi.json``; tests/e2e/test_sdk.py checks them
-against the served document). Unknown fields are kept, so a newer server never breaks an older client."""
+against the served document). Unknown fields are kept and an enum's value this client does not know is read
+as its text (``cell_type: "Insight"``), so a newer server never breaks an older client."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 CellType = Literal["Decision", "Constraint", "Risk", "Pattern", "Lesson", "Fact", "Preference", "Context", "Task"]
 Layer = Literal["L0", "L1", "L2"]
 Ranking = Literal["hybrid", "dense"]
+# what answers carry: the values above, or one a newer server added
+AnyCellType = CellType | str
+AnyLayer = Layer | str
 
 
 class _Model(BaseModel):
@@ -31,13 +35,13 @@ class Node(_Model):
     tenant_id: str
     embedding: list[float]
     node_type: dict[str, CellPayload] | str
-    cell_type: CellType
+    cell_type: AnyCellType
     content: str
     salience: float
     source_agent: str
     created_at: datetime
     last_accessed: datetime
-    layer: Layer
+    layer: AnyLayer
     scene_id: str | None = None
     superseded_by: str | None = None
 
@@ -87,8 +91,8 @@ class Diff(_Model):
     id: str
     cell_id: str
     content: str
-    cell_type: CellType
-    layer: Layer
+    cell_type: AnyCellType
+    layer: AnyLayer
     salience: float
     energy: float
     embedding_engine: str
@@ -102,9 +106,9 @@ class Delivery(_Model):
     energy: float
     delivered_at: datetime
     node_id: str
-    node_kind: Literal["agent", "beacon"]
+    node_kind: Literal["agent", "beacon"] | str
     standing: float | None = None
-    criterion: Literal["standout", "close_match"] | None = None
+    criterion: Literal["standout", "close_match"] | str | None = None
     withheld: int = 0
 
 
