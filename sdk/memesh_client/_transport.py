@@ -9,7 +9,7 @@ import httpx
 from pydantic import ValidationError
 
 from memesh_client._ops import Call
-from memesh_client.errors import MemeshError, UnreadableAnswer, error_of
+from memesh_client.errors import ConnectionFailed, MemeshError, TimedOut, UnreadableAnswer, error_of
 
 T = TypeVar("T")
 USER_AGENT = "memesh-client/0.1.0"
@@ -48,6 +48,15 @@ def read(call: Call[T], response: httpx.Response) -> T:
     except ValueError:
         body = None
     raise error_of(response.status_code, body, retry_after(response))
+
+
+def no_answer(exc: httpx.TransportError) -> MemeshError:
+    """What a request that got no answer raises: TimedOut when it was sent and the answer did not come in time
+    (it may have been applied: retry a write only if doing it twice is harmless), ConnectionFailed when it
+    never reached the service (nothing was applied)."""
+    if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):
+        return TimedOut(f"no answer in time ({type(exc).__name__}); the request may have been applied")
+    return ConnectionFailed(f"{type(exc).__name__}: {exc}")
 
 
 def next_cursor(sent: str | None, given: str) -> str:

@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from memesh_client import _ops
 from memesh_client._ops import Call, SearchOptions
-from memesh_client._transport import RetryPolicy, headers, next_cursor, read, request_args, wait_before_retry
+from memesh_client._transport import RetryPolicy, headers, next_cursor, no_answer, read, request_args, wait_before_retry
 from memesh_client.errors import ConnectionFailed, MemeshError, TimedOut, UnreadableAnswer, ValidationFailed, error_of
 from memesh_client.models import CellPage, CellType, Consolidation, InboxItem, Node, PullPage, Scene, ScenePage
 
@@ -61,7 +61,7 @@ class AsyncMemesh:
                 response = await self._http.request(call.method, call.path, headers=self._headers, **request_args(call))
                 return read(call, response)
             except httpx.TransportError as exc:
-                raise ConnectionFailed(f"{type(exc).__name__}: {exc}") from exc
+                raise no_answer(exc) from exc
             except MemeshError as error:
                 wait = wait_before_retry(error, attempt, self.retry)
                 if wait is None:

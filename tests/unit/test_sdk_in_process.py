@@ -181,3 +181,24 @@ async def test_the_inbox_stream_never_just_ends() -> None:
             with pytest.raises(TimedOut):
                 await inbox.ack(1)
         await memory.aclose()
+
+
+async def test_no_answer_in_time_is_timed_out_and_no_connection_is_connection_failed() -> None:
+    """A request sent whose answer never came was ConnectionFailed (an Unavailable): a caller retrying
+    Unavailable wrote twice. The peer is a loopback socket that accepts and never answers."""
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with AsyncMemesh(f"http://127.0.0.1:{port}", "msh_" + "k" * 43, timeout_s=0.3) as memory:
+        with pytest.raises(TimedOut) as late:
+            await memory.write("x", "Fact")
+        assert late.value.status == 0 and "may have been applied" in late.value.message
+    server.close()
+    await server.wait_closed()
+    async with AsyncMemesh(f"http://127.0.0.1:{port}", "msh_" + "k" * 43, timeout_s=0.3) as memory:
+        with pytest.raises(ConnectionFailed):
+            await memory.write("x", "Fact")
