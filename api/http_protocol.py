@@ -30,6 +30,12 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
+WS_MAX_MESSAGE_BYTES = 64 * 1024
+"""The largest message a WebSocket client may send (uvicorn's default is 16 MiB). What clients send on memesh's
+streams is an ack, ``{"ack": N}``, under 40 bytes; a larger message closes the connection (1009) before it is
+read whole, so no key can make the head parse 16 MiB per reconnect."""
+
+
 class DenialAwareWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol, except that a handshake refused with an HTTP answer (the ASGI denial
     response: a 401 or 429 before the upgrade) counts as a completed handshake. uvicorn 0.54 logs every such

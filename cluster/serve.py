@@ -37,7 +37,7 @@ from api.app import create_app
 from api.console.grpc_service import add_admin_service, admin_interceptors
 from api.console.oidc import ConsoleConfig
 from api.grpc_data.server import DataPlane, DataPlaneConfig, start_data_plane
-from api.http_protocol import DenialAwareWebSocketProtocol, EnvelopeHttpToolsProtocol
+from api.http_protocol import WS_MAX_MESSAGE_BYTES, DenialAwareWebSocketProtocol, EnvelopeHttpToolsProtocol
 from cluster.compose import build_memesh, start_core
 from cluster.settings import Settings
 from head.facade import Memesh
@@ -263,6 +263,7 @@ async def _listen(settings: Settings, memesh: Memesh) -> None:
         ssl_keyfile=settings.server.tls_keyfile,
         http=EnvelopeHttpToolsProtocol,  # uvicorn's own 400s in the spec's envelope
         ws=DenialAwareWebSocketProtocol,  # a refused handshake is not a server error in the log
+        ws_max_size=WS_MAX_MESSAGE_BYTES,
     )
     server = uvicorn.Server(config)
     loop = asyncio.get_running_loop()

@@ -135,6 +135,20 @@ def test_a_handshake_with_two_keys_is_refused_whichever_comes_first(server: Serv
         pass  # one key still opens the stream
 
 
+def test_a_message_past_64_kib_closes_the_stream_before_it_is_read(server: Server) -> None:
+    """uvicorn took WebSocket messages of up to 16 MiB, parsed whole before the frame was judged; an ack is under
+    40 bytes. A larger message now closes the stream (1009), and the next connection streams as before."""
+    key = server.issue("ws-size", "Reader", "r")["plaintext_secret"]
+    with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10, max_size=None) as ws:
+        ws.send(json.dumps({"ack": 0, "pad": "x" * (1 << 20)}))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+    with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
+        ws.send(json.dumps({"ack": 0}))
+        assert json.loads(ws.recv(timeout=10)) == {"cursor": 0}
+
+
 def test_pull_errors_over_real_sockets(server: Server) -> None:
     key = server.issue("pull-errs", "Reader", "r")["plaintext_secret"]
     with server.http(key) as http:
