@@ -6,20 +6,60 @@ uvicorn answers it 400 itself, in plain text. Spec section 7 says every non-2xx
 answer carries the error envelope, so :class:`EnvelopeHttpToolsProtocol`
 answers those with ``{"error": {"code": "validation", "message": ...}}`` and
 ``content-type: application/json``, then closes the connection as uvicorn does.
-Nothing else of uvicorn's behaviour changes. :class:`DenialAwareWebSocketProtocol` stops
+It also closes a connection whose request headers have not all arrived
+:data:`HEADERS_TIMEOUT_S` after it opened or after the request's first byte
+(uvicorn waited for ever: a client that opened connections and sent nothing,
+or a header a byte at a time, held a socket each, without a key, until the head
+ran out of them). Nothing else of uvicorn's behaviour changes. :class:`DenialAwareWebSocketProtocol` stops
 uvicorn logging an error for every WebSocket handshake the application refuses.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+HEADERS_TIMEOUT_S = 10.0  # a request's line and headers arrive within this of its first byte (or of the connection)
+
 
 class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
+    _headers_due: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._expect_headers()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._expect_headers()
+
+    def on_headers_complete(self) -> None:
+        self._headers_arrived()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._headers_arrived()
+        super().connection_lost(exc)
+
+    def _expect_headers(self) -> None:
+        self._headers_arrived()
+        self._headers_due = self.loop.call_later(HEADERS_TIMEOUT_S, self._headers_late)
+
+    def _headers_arrived(self) -> None:
+        if self._headers_due is not None:
+            self._headers_due.cancel()
+            self._headers_due = None
+
+    def _headers_late(self) -> None:
+        """No answer: nothing of a request was read that an answer could be to (a slow client's socket is freed)."""
+        self._headers_due = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
     def send_400_response(self, msg: str) -> None:
         body = json.dumps({"error": {"code": "validation", "message": msg}}).encode()
         head = [STATUS_LINE[400]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -40,3 +41,25 @@ def test_a_request_the_server_cannot_parse_gets_the_envelope(server: Server, req
     assert headers["content-type"] == "application/json"
     error = json.loads(body)["error"]
     assert set(error) == {"code", "message"} and error["code"] == "validation" and error["message"]
+
+
+def test_a_connection_whose_headers_do_not_arrive_is_closed(server: Server) -> None:
+    """uvicorn kept a connection that sent nothing, or a header a byte at a time, open for ever: a socket each,
+    without a key, until the head had none left. Both are closed HEADERS_TIMEOUT_S (10 s) on; a request whose
+    headers arrive in time, on a connection that waited 8 s, is answered."""
+    port = int(server.base_url.rsplit(":", 1)[1])
+    silent = socket.create_connection(("127.0.0.1", port), timeout=20)
+    dripping = socket.create_connection(("127.0.0.1", port), timeout=20)
+    patient = socket.create_connection(("127.0.0.1", port), timeout=20)
+    try:
+        opened = time.monotonic()
+        dripping.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(8)
+        patient.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert patient.recv(65536).startswith(b"HTTP/1.1 200")
+        for sock in (silent, dripping):
+            assert sock.recv(65536) == b""  # closed, with no answer (nothing was asked)
+            assert 9 <= time.monotonic() - opened < 15
+    finally:
+        for sock in (silent, dripping, patient):
+            sock.close()
