@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
-from uuid import UUID
 
 import grpc
 
@@ -20,6 +19,7 @@ from api.console.schemas import AgentOut
 from api.cursors import decode_cursor, encode_cursor
 from api.errors import grpc_status
 from api.grpc_data.undecodable import UndecodableRequests
+from api.grpc_data.wire import uuid_field
 from head.facade import Bucket, Memesh
 from memesh_proto import admin_pb2, admin_pb2_grpc
 from mesh.erasure import parse_reason, parse_scope
@@ -33,15 +33,6 @@ T = TypeVar("T")
 def agent_record(agent: Agent) -> admin_pb2.AgentRecord:
     """The agent record of the REST API, as a message (the same fields; never a secret)."""
     return admin_pb2.AgentRecord(**AgentOut.of(agent).model_dump())
-
-
-def uuid_field(name: str, value: str) -> str:
-    """``value`` as memesh writes ids (any spelling of a UUID); ValidationFailed when it is none, as REST's
-    admin routes answer 400 for a malformed id in their paths (never NOT_FOUND)."""
-    try:
-        return str(UUID(value))
-    except ValueError:
-        raise ValidationFailed(f"{name} must be a UUID") from None
 
 
 async def refuse(context: grpc.aio.ServicerContext, exc: MemeshError) -> NoReturn:
@@ -89,13 +80,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
     async def GetAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.AgentRecord:  # noqa: N802
         async def work(p: Principal) -> admin_pb2.AgentRecord:
-            return agent_record(await self.memesh.identity.get(p, uuid_field("agent_id", request.agent_id)))
+            return agent_record(await self.memesh.identity.get(p, uuid_field(request.agent_id, "agent_id")))
 
         return await self._run(context, work)
 
     async def _lifecycle(self, action: str, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.Empty:
         async def work(p: Principal) -> admin_pb2.Empty:
-            await self.memesh.identity.apply(p, uuid_field("agent_id", request.agent_id), action)
+            await self.memesh.identity.apply(p, uuid_field(request.agent_id, "agent_id"), action)
             return admin_pb2.Empty()
 
         return await self._run(context, work)
@@ -111,7 +102,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
     async def RotateAgent(self, request: admin_pb2.AgentRef, context: Any) -> admin_pb2.IssuedCredential:  # noqa: N802
         async def work(p: Principal) -> admin_pb2.IssuedCredential:
-            agent, plaintext = await self.memesh.identity.apply(p, uuid_field("agent_id", request.agent_id), "rotate")
+            agent, plaintext = await self.memesh.identity.apply(p, uuid_field(request.agent_id, "agent_id"), "rotate")
             assert plaintext is not None
             return admin_pb2.IssuedCredential(agent_id=agent.id, plaintext_secret=plaintext)
 
@@ -148,7 +139,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
 
     async def GetJob(self, request: admin_pb2.JobRef, context: Any) -> admin_pb2.Job:  # noqa: N802
         async def work(p: Principal) -> admin_pb2.Job:
-            job = self.memesh.reembed.job(p, uuid_field("job_id", request.job_id))
+            job = self.memesh.reembed.job(p, uuid_field(request.job_id, "job_id"))
             return admin_pb2.Job(
                 job_id=job.job_id,
                 status=job.status,
