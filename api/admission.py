@@ -92,10 +92,10 @@ def _only(values: list[str], header: str) -> str | None:
 
 
 # ------------------------------------------------------------ HTTP gate and route
-async def authenticate_at_gate(memesh: Memesh, scope: Scope) -> None:
+async def authenticate_at_gate(memesh: Memesh, scope: Scope, pairs: list[tuple[str, str]]) -> None:
     """The gate's half of ``admit``: the key's principal (no bucket charged yet), kept in the scope
-    state for the route."""
-    principal = await memesh.principal(presented_key(header_pairs(scope), bearer=False), client_address(scope))
+    state for the route. ``pairs``: the request's :func:`api.gate_common.header_pairs`."""
+    principal = await memesh.principal(presented_key(pairs, bearer=False), client_address(scope))
     scope.setdefault("state", {})[_STATE_KEY] = principal
 
 
@@ -127,9 +127,10 @@ async def admit_at_door(
     this has answered the spec's envelope itself: 401/429 for the key, before anything of the
     protocol; then 405 for a method not in ``methods`` (POST unless the door says otherwise), 415 or
     400 for a body (``/v1``'s rules)."""
-    headers = header_map(scope)
+    pairs = header_pairs(scope)
+    headers = header_map(scope, pairs)
     try:
-        principal = await memesh.principal(presented_key(header_pairs(scope)), client_address(scope))
+        principal = await memesh.principal(presented_key(pairs), client_address(scope))
     except MemeshError as exc:
         await memesh_error_response(exc)(scope, receive, send)
         return None

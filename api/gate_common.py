@@ -26,9 +26,10 @@ def header_pairs(scope: Scope) -> list[tuple[str, str]]:
     return [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in scope["headers"]]
 
 
-def header_map(scope: Scope) -> dict[str, str]:
-    """The request's headers, lower-cased names; a repeated header keeps its last value."""
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+def header_map(scope: Scope, pairs: list[tuple[str, str]] | None = None) -> dict[str, str]:
+    """The request's headers, lower-cased names; a repeated header keeps its last value (``pairs``: its
+    :func:`header_pairs`, when the caller has them already)."""
+    return dict(header_pairs(scope) if pairs is None else pairs)
 
 
 def is_json(content_type: str) -> bool:

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.admission import authenticate_at_gate
 from api.errors import memesh_error_response
-from api.gate_common import body_refusal, header_map, run_guarded
+from api.gate_common import body_refusal, header_map, header_pairs, run_guarded
 from head.facade import Memesh
 from mesh.errors import MemeshError
 
@@ -37,9 +37,10 @@ class V1Gate:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
-        headers = header_map(scope)
+        pairs = header_pairs(scope)
+        headers = header_map(scope, pairs)
         try:
-            await authenticate_at_gate(self.memesh, scope)
+            await authenticate_at_gate(self.memesh, scope, pairs)
         except MemeshError as exc:
             await memesh_error_response(exc)(scope, receive, send)
             return
