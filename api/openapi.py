@@ -140,6 +140,11 @@ def _convert(node: Any) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[plain] = value
             out[bound] = True
+    if out.get("type") == "integer":  # FastAPI's document writes an integer's bounds as floats (0 as 0.0)
+        for plain in ("minimum", "maximum"):
+            value = out.get(plain)
+            if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+                out[plain] = int(value)
     if "$ref" in out and len(out) > 1:
         ref = out.pop("$ref")
         out["allOf"] = [{"$ref": ref}]

@@ -21,6 +21,7 @@ from enum import StrEnum
 from typing import Any
 
 from mesh.errors import ValidationFailed
+from mesh.ids import is_name
 
 
 class ScopeKind(StrEnum):
@@ -50,12 +51,13 @@ class EraseScope:
 
 
 def parse_scope(kind: str, scope_id: str, tenant_id: str | None) -> EraseScope:
-    """A validated scope: a node id must be a UUID; ids are 1 to 128 printable characters."""
+    """A validated scope: a node id must be a UUID; ids are 1 to 128 characters a project id may hold
+    (:func:`mesh.ids.is_name`, so every project that can be written can be erased)."""
     try:
         parsed = ScopeKind(kind)
     except ValueError:
         raise ValidationFailed("scope.kind must be node, project or agent") from None
-    if not scope_id or len(scope_id) > 128 or not scope_id.isprintable():
+    if not is_name(scope_id, 128):
         raise ValidationFailed("scope.id must be 1 to 128 printable characters")
     if parsed is ScopeKind.NODE:
         try:

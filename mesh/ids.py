@@ -9,6 +9,7 @@ borrows the next millisecond. The clock and random bits are parameters.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from datetime import datetime
@@ -18,17 +19,36 @@ from mesh.errors import ValidationFailed
 _COUNTER_MAX = 0xFFF
 
 
+NAME_EXCLUDED = (
+    r"\u0000-\u001f\u007f-\u00a0\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u1680\u180e"
+    r"\u2000-\u200f\u2028-\u202f\u205f-\u2064\u2066-\u206f\u3000\ud800-\uf8ff\ufeff\ufff9-\ufffb"
+)
+"""The characters no project or tenant id may hold, as the body of a regular-expression class that Python and
+ECMA-262 (the dialect OpenAPI names) read alike: the Basic Multilingual Plane's controls, format characters,
+separators other than the space, surrogates and private-use characters, which is what ``str.isprintable``
+refuses there less the unassigned code points (a list that moves with each Unicode version). Characters beyond
+that plane are taken. The /v1 document states this class as the ids' ``pattern``, so that an id the document
+calls valid is one the service takes; ``tests/unit/test_ids.py`` checks it against ``str.isprintable``."""
+_NAME = re.compile(f"[^{NAME_EXCLUDED}]*")
+
+
+def is_name(value: object, max_chars: int) -> bool:
+    """Whether ``value`` is 1 to ``max_chars`` characters, none of them in :data:`NAME_EXCLUDED` (what a
+    project or tenant id is, and what a filter may name)."""
+    return isinstance(value, str) and 0 < len(value) <= max_chars and _NAME.fullmatch(value) is not None
+
+
 def is_new_name(value: object, max_chars: int) -> bool:
-    """Whether ``value`` may name a new project or tenant: 1 to ``max_chars`` printable characters, neither
-    blank nor with a space at either end (``" "`` and ``"p "`` would be projects that look like none, or like
-    ``p``). Names already stored are read as they are; this holds only what is made from now on."""
-    return isinstance(value, str) and 0 < len(value) <= max_chars and value.isprintable() and value == value.strip()
+    """Whether ``value`` may name a new project or tenant: :func:`is_name`, neither blank nor with a space at
+    either end (``" "`` and ``"p "`` would be projects that look like none, or like ``p``). Names already
+    stored are read as they are; this holds only what is made from now on."""
+    return is_name(value, max_chars) and isinstance(value, str) and value == value.strip()
 
 
 def check_project(project: str, max_chars: int, new: bool = False) -> None:
-    """ValidationFailed unless ``project`` is 1 to ``max_chars`` printable characters (what a filter may name);
-    one that writes or opens a session (``new``) is also held to :func:`is_new_name`."""
-    if not project or len(project) > max_chars or not project.isprintable():
+    """ValidationFailed unless ``project`` :func:`is_name` (what a filter may name); one that writes or opens a
+    session (``new``) is also held to :func:`is_new_name`."""
+    if not is_name(project, max_chars):
         raise ValidationFailed(f"project_id must be 1 to {max_chars} printable characters")
     if new and not is_new_name(project, max_chars):
         raise ValidationFailed("project_id must not be blank nor begin or end with a space")

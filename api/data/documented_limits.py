@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.data.schemas import INT64_MAX
 from api.openapi import Refinements
 from head.inbox_service import InboxLimits
 from head.memory_service import MemoryLimits
+from mesh.ids import NAME_EXCLUDED
 
 # At least one character that is not white space by ``str.isspace`` (the use cases refuse a text that
 # ``strip()`` empties). Spelt as literal characters, not ``\S``: ECMA-262's ``\s`` (the dialect OpenAPI
@@ -42,7 +44,13 @@ def documented_limits(memory: MemoryLimits, inbox: InboxLimits, dims: int) -> Re
             {"required": ["embedding"], "properties": {"embedding": {"type": "array"}}},
         ],
     }
-    project = {"maxLength": min(memory.max_project_chars, 128)}  # the models refuse past 128 whatever the limit
+    project = {
+        "maxLength": min(memory.max_project_chars, 128),  # the models refuse past 128 whatever the limit
+        # anchored, and ``$`` is safe: the class holds the newline, so Python's "$ before a final newline" cannot
+        # let one through (hypothesis-jsonschema generates none there either)
+        "pattern": f"^[^{NAME_EXCLUDED}]*$",
+    }
+    sequence = {"maximum": INT64_MAX}  # FastAPI's document writes 2**63 - 1 as the float 2**63, one past the bound
     cell = {
         "properties": {
             "content": {"maxLength": memory.max_content_chars, "pattern": NOT_BLANK},
@@ -71,10 +79,12 @@ def documented_limits(memory: MemoryLimits, inbox: InboxLimits, dims: int) -> Re
             },
             "BeaconIn": beacon,
             "SessionIn": {"properties": {"project_id": project}},
+            "PullIn": {"properties": {"since": sequence, "ack": sequence}},
         },
         parameters={
             ("/v1/cells", "get", "limit"): listing,
             ("/v1/cells", "get", "project_id"): project,
             ("/v1/scenes", "get", "limit"): listing,
+            ("/v1/scenes", "get", "project_id"): project,
         },
     )

@@ -13,6 +13,7 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from mesh.ids import is_name
 from mesh.model import Cell, CellType, Layer, Scene
 from mesh.query import NodeFilter
 from mesh.times import parse_rfc3339
@@ -178,8 +179,8 @@ class SceneListOut(BaseModel):
 
 
 def _printable(value: str) -> str:
-    """A project id as stored: printable characters only (a written cell's is checked the same way)."""
-    if not value.isprintable():
+    """A project id as a filter may name it (:func:`mesh.ids.is_name`; a written cell's is checked the same way)."""
+    if not is_name(value, 128):
         raise PydanticCustomError("project_id", "project_id must be 1 to 128 printable characters")
     return value
 

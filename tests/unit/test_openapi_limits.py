@@ -61,6 +61,17 @@ CASES: list[tuple[str, str, dict[str, Any], bool, int]] = [
     ("/v1/beacons", "BeaconIn", {"interest": " "}, False, 400),
     ("/v1/cells", "CellIn", {"content": "\x1c\x85\u3000", "cell_type": "Fact"}, False, 400),  # blank to str.strip
     ("/v1/beacons", "BeaconIn", {"interest": "\ufeff"}, True, 200),  # not white space to Python (it is to ECMA-262)
+    # the fuzzing review: the document let any project id through, and the service refused non-printable ones
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "a\tb"}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "\u00a0"}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "a\u0085b\n"}, False, 400),
+    ("/v1/cells", "CellIn", {"content": "p", "cell_type": "Fact", "project_id": "proj \U0001f600\U000e0001"}, True, 201),
+    ("/v1/sessions", "SessionIn", {"project_id": "a\u200bb"}, False, 400),
+    ("/v1/sessions", "SessionIn", {"project_id": "a b"}, True, 200),
+    # and its int64 bound was the float 2**63, one past what the service takes
+    ("/v1/inbox:pull", "PullIn", {"ack": 2**63 - 1, "since": 2**63 - 1}, True, 200),
+    ("/v1/inbox:pull", "PullIn", {"ack": 2**63}, False, 400),
+    ("/v1/inbox:pull", "PullIn", {"since": 2**63}, False, 400),
 ]
 
 
@@ -86,6 +97,38 @@ async def test_list_limits_and_the_embedding_length_are_the_deployments(api: Api
         assert (await api.send("GET", f"{path}?limit={LIMITS.max_list + 1}", key)).status_code == 400
     embedding = document["components"]["schemas"]["QueryIn"]["properties"]["embedding"]
     assert embedding["minItems"] == embedding["maxItems"] == api.memesh.embedder.dims == DIMS
+
+
+async def test_every_integer_bound_in_the_document_is_an_integer(api: Api) -> None:
+    """FastAPI writes an integer's bounds as floats: 2**63 - 1 became 2**63, which the service refuses."""
+    document = (await api.http.get("/openapi.json")).json()
+    floats: list[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "integer":
+                floats.extend(node[b] for b in ("minimum", "maximum") if isinstance(node.get(b), float))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+    assert floats == []
+    ack = document["components"]["schemas"]["PullIn"]["properties"]["ack"]
+    assert ack["maximum"] == 2**63 - 1 and ack["minimum"] == 0
+
+
+async def test_a_project_filter_the_document_calls_valid_is_taken(api: Api) -> None:
+    document = (await api.http.get("/openapi.json")).json()
+    key = await api.key()
+    for path in ("/v1/cells", "/v1/scenes"):
+        (project,) = [p for p in document["paths"][path]["get"]["parameters"] if p["name"] == "project_id"]
+        assert project["schema"]["pattern"]
+        for value, status in (("a\U0001f600", 200), ("a\tb", 400), ("\u3000", 400)):
+            response = await api.http.get(path, params={"project_id": value}, headers={"x-service-key": key})
+            assert response.status_code == status, (path, value, response.text)
 
 
 def test_not_blank_is_exactly_what_str_strip_leaves_something_of() -> None:
