@@ -28,6 +28,7 @@ from api.metrics import install_metrics
 from api.openapi import API_VERSION, build_openapi
 from api.partition_hold import PartitionHold
 from api.request_metrics import RequestMetrics
+from api.websocket import websocket_not_found
 from head.facade import Memesh
 from mesh.errors import ErrorCode, MemeshError
 
@@ -47,6 +48,7 @@ def create_app(
     # client behind a TLS proxy would follow in plaintext, key and body with it)
     app = FastAPI(title="memesh", version=API_VERSION, openapi_url=None, docs_url=None, redoc_url=None, redirect_slashes=False)
     app.state.memesh = memesh
+    app.router.default = websocket_not_found(memesh, app.router.default)  # a handshake to no stream: 401/404
     install_error_handlers(app)
     v1 = APIRouter()
     v1.include_router(memory_router)

@@ -1,45 +1,97 @@
-"""The HTTP and WebSocket protocols memesh serves with: uvicorn's, with two refusals mended.
+"""The HTTP and WebSocket protocols memesh serves with: uvicorn's, with its refusals mended.
 
 A request uvicorn cannot parse (a ``Content-Length`` that is not a number, a
 malformed request line, an invalid header) never reaches the application:
 uvicorn answers it 400 itself, in plain text. Spec section 7 says every non-2xx
 answer carries the error envelope, so :class:`EnvelopeHttpToolsProtocol`
 answers those with ``{"error": {"code": "validation", "message": ...}}`` and
-``content-type: application/json``, then closes the connection as uvicorn does.
+``content-type: application/json``, then closes the connection as uvicorn does,
+but only once every request read whole before the refused bytes is answered.
 It also closes a connection whose request headers have not all arrived
 :data:`HEADERS_TIMEOUT_S` after it opened or after the request's first byte
 (uvicorn waited for ever: a client that opened connections and sent nothing,
 or a header a byte at a time, held a socket each, without a key, until the head
-ran out of them). Nothing else of uvicorn's behaviour changes. :class:`DenialAwareWebSocketProtocol` stops
-uvicorn logging an error for every WebSocket handshake the application refuses.
+ran out of them), and refuses a request whose line and headers pass
+:data:`HEAD_MAX_BYTES`. Nothing else of uvicorn's behaviour changes.
+:class:`DenialAwareWebSocketProtocol` answers refused handshakes in the
+envelope too, and keeps what a client can make the server log at INFO.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Response
+from websockets.server import ServerProtocol
+from websockets.typing import StatusLike
 
 HEADERS_TIMEOUT_S = 10.0  # a request's line and headers arrive within this of its first byte (or of the connection)
+HEAD_MAX_BYTES = 64 * 1024
+"""The most a request's line and headers may take. uvicorn set no bound: one connection could send a header of
+hundreds of MiB, which the parser gathers by copying what it holds on every read, so one header line without
+an end held the head's event loop (every other request) until the header timeout closed it."""
+
+
+_HEAD_TOO_LARGE = f"the request line and headers exceed {HEAD_MAX_BYTES} bytes"
+
+
+class _HeadTooLarge(Exception):
+    """Raised from the parser's callback for a head past :data:`HEAD_MAX_BYTES`."""
 
 
 class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     _headers_due: asyncio.TimerHandle | None = None
+    _in_head = True  # the bytes read next belong to a request's line and headers
+    _head_bytes = 0  # read so far of the current request's line and headers (reads that hold nothing else)
+    _heads_done = 0  # requests whose headers completed during the current read
+    _refusal: str | None = None  # a 400 held until the requests before it are answered
+    _refusal_message: str | None = None  # what the next parser error is (uvicorn names them all alike)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._expect_headers()
+
+    def data_received(self, data: bytes) -> None:
+        """Feeds the parser, and refuses a request whose line and headers pass :data:`HEAD_MAX_BYTES`. A read
+        counts when it starts and ends within one request's head (one that starts in a body and ends in the next
+        head is not counted, so the bound is loose by at most one read, 256 KiB, and never counts a body)."""
+        if self._refusal is not None:
+            return  # the connection ends once the answers owed are sent: nothing more of it is read
+        in_head = self._in_head
+        self._heads_done = 0
+        super().data_received(data)
+        if in_head and self._in_head and not self._heads_done and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > HEAD_MAX_BYTES:
+                self.send_400_response(_HEAD_TOO_LARGE)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._expect_headers()
 
     def on_headers_complete(self) -> None:
+        """A head that arrived whole in one read is measured here (the reads' count sees only unfinished ones)."""
         self._headers_arrived()
+        self._in_head, self._head_bytes = False, 0
+        self._heads_done += 1
+        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > HEAD_MAX_BYTES:
+            self._refusal_message = _HEAD_TOO_LARGE
+            raise _HeadTooLarge  # httptools stops and raises a parser error: the 400 below, no request started
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self._refusal is not None and not self._answers_owed() and not self.transport.is_closing():
+            self._refuse(self._refusal)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_arrived()
@@ -60,7 +112,24 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         if not self.transport.is_closing():
             self.transport.close()
 
+    def _answers_owed(self) -> bool:
+        """Whether requests read whole before the bytes at hand are still to be answered (in order, first)."""
+        cycle = self.cycle
+        return bool(self.pipeline) or (cycle is not None and not cycle.response_complete and not cycle.more_body)
+
     def send_400_response(self, msg: str) -> None:
+        """The envelope, after the answers to every request read whole before the bytes refused: uvicorn sent
+        its 400 at once and closed, so a client that pipelined a write and then bytes that do not parse read
+        the 400 as the write's answer while the write was applied. Bytes refused inside a request's own body
+        are answered at once (that request is the one refused)."""
+        msg, self._refusal_message = self._refusal_message or msg, None
+        if self._answers_owed():
+            self._refusal = msg
+            self._headers_arrived()
+            return
+        self._refuse(msg)
+
+    def _refuse(self, msg: str) -> None:
         body = json.dumps({"error": {"code": "validation", "message": msg}}).encode()
         head = [STATUS_LINE[400]]
         for name, value in self.server_state.default_headers:
@@ -76,13 +145,55 @@ streams is an ack, ``{"ack": N}``, under 40 bytes; a larger message closes the c
 read whole, so no key can make the head parse 16 MiB per reconnect."""
 
 
+_HANDSHAKE_CODES = {400: "validation", 403: "forbidden", 404: "not_found"}
+
+
+class _EnvelopeServerProtocol(ServerProtocol):
+    """websockets' server side, whose handshake refusals (a missing or malformed ``Sec-WebSocket-Key``, a
+    version other than 13) carry the error envelope: its own are plain text. A status outside the spec's table
+    (426) is a 400 ``validation``; a 5xx a 500 ``internal``."""
+
+    def reject(self, status: StatusLike, text: str) -> Response:
+        given = int(status)
+        code, error = (500, "internal") if given >= 500 else (given, _HANDSHAKE_CODES.get(given, "validation"))
+        if error == "validation":
+            code = 400
+        response = super().reject(code, text)
+        body = json.dumps({"error": {"code": error, "message": text.strip() or response.reason_phrase}}).encode()
+        for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+            del response.headers[name]  # a multidict: assigning would add a second header
+            response.headers[name] = value
+        response.body = body
+        return response
+
+
 class DenialAwareWebSocketProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol, except that a handshake refused with an HTTP answer (the ASGI denial
-    response: a 401 or 429 before the upgrade) counts as a completed handshake. uvicorn 0.54 logs every such
-    refusal at ERROR ("ASGI callable returned without completing handshake"), so anyone without a key could
-    fill the server's log; the answer the client gets is unchanged."""
+    """uvicorn's WebSocket protocol, with three things a client can cause answered as the spec answers them:
+
+    - a handshake refused with an HTTP answer (the ASGI denial response: a 401 or 429 before the upgrade)
+      counts as a completed handshake: uvicorn 0.54 logs every such refusal at ERROR ("ASGI callable returned
+      without completing handshake"), so anyone without a key could fill the server's log;
+    - a handshake the WebSocket library refuses (:class:`_EnvelopeServerProtocol`) is answered in the envelope;
+    - a text message that is not UTF-8 closes the connection with 1007, as before, without the ERROR line and
+      traceback uvicorn logged for each (a key could write them at the rate it can reconnect).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn.__class__ = _EnvelopeServerProtocol  # the same object, its refusals in the envelope
 
     async def send(self, message: ASGISendEvent) -> None:
         await super().send(message)
         if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
             self.handshake_complete = True
+
+    def send_receive_event_to_app(self) -> None:
+        if self.curr_msg_data_type == "text" and not self.close_sent:
+            try:
+                b"".join(self.frames).decode()
+            except UnicodeDecodeError:
+                self.frames = []
+                self.conn.send_close(1007)  # invalid frame payload data (RFC 6455 7.4.1)
+                self.handle_parser_exception()
+                return
+        super().send_receive_event_to_app()

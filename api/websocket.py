@@ -9,6 +9,9 @@ Guarantees:
   names a code. Closed without an error, it gets no frame and 1001 (the server
   is going away). A socket no longer connected is left alone, and a failure
   to send (the peer is gone) is swallowed.
+- A handshake to a path with no stream (:func:`websocket_not_found`) is 404 in
+  the envelope, or under ``/v1`` 401 first when its key is missing or invalid
+  (Starlette's router closed it unanswered, which uvicorn sends as 403 with no body).
 - :func:`first_to_finish` runs a stream's tasks until one finishes, then
   cancels the others and waits for them, so no task outlives the stream.
 """
@@ -21,10 +24,14 @@ import json
 from typing import Any
 
 from fastapi import WebSocket
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketState
 
+from api.admission import client_address, presented_key
 from api.errors import STATUS, envelope, memesh_error_response
-from mesh.errors import ErrorCode, MemeshError
+from api.gate_common import header_pairs, refuse
+from head.facade import Memesh
+from mesh.errors import ErrorCode, MemeshError, NotFound
 
 POLICY_VIOLATION = 1008
 INTERNAL_ERROR = 1011
@@ -39,6 +46,25 @@ def error_frame(code: ErrorCode | str, message: str) -> str:
 async def deny(websocket: WebSocket, error: MemeshError) -> None:
     """Refuse the handshake with ``error``'s HTTP status and envelope (429 keeps Retry-After)."""
     await websocket.send_denial_response(memesh_error_response(error))
+
+
+def websocket_not_found(memesh: Memesh, fallback: ASGIApp) -> ASGIApp:
+    """The router's default for what no route takes: ``fallback`` for HTTP, and for a WebSocket handshake the
+    envelope before the upgrade, as the /v1 gate answers HTTP (401 under ``/v1`` without a valid key, else 404)."""
+
+    async def not_found(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "websocket":
+            await fallback(scope, receive, send)
+            return
+        error: MemeshError = NotFound("no WebSocket stream at this path")
+        if scope["path"].startswith("/v1/"):
+            try:
+                await memesh.principal(presented_key(header_pairs(scope), bearer=False), client_address(scope))
+            except MemeshError as exc:
+                error = exc
+        await refuse(memesh_error_response(error), scope, receive, send)
+
+    return not_found
 
 
 def close_code(error: MemeshError) -> int:

@@ -150,6 +150,21 @@ def test_a_message_past_64_kib_closes_the_stream_before_it_is_read(server: Serve
         assert json.loads(ws.recv(timeout=10)) == {"cursor": 0}
 
 
+def test_a_text_message_that_is_not_utf8_closes_1007_and_logs_no_error(server: Server) -> None:
+    """uvicorn logged an ERROR line and a traceback for each such message: a key could fill the log with them."""
+    key = server.issue("ws-utf8", "Reader", "r")["plaintext_secret"]
+    for _ in range(3):
+        with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
+            ws.send(b'{"ack": "\xff"}', text=True)  # a text frame whose bytes are not UTF-8
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+    with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
+        ws.send(json.dumps({"ack": 0}))
+        assert json.loads(ws.recv(timeout=10)) == {"cursor": 0}
+    assert "Invalid UTF-8" not in server.output() and "UnicodeDecodeError" not in server.output()
+
+
 def test_pull_errors_over_real_sockets(server: Server) -> None:
     key = server.issue("pull-errs", "Reader", "r")["plaintext_secret"]
     with server.http(key) as http:
