@@ -140,11 +140,21 @@ def test_a_message_past_64_kib_closes_the_stream_before_it_is_read(server: Serve
     """uvicorn took WebSocket messages of up to 16 MiB, parsed whole before the frame was judged; an ack is under
     40 bytes. A larger message now closes the stream (1009), and the next connection streams as before."""
     key = server.issue("ws-size", "Reader", "r")["plaintext_secret"]
+    assert_closed_by(server, key, json.dumps({"ack": 0, "pad": "x" * (1 << 20)}), 1009)
+    assert_streams(server, key)
+
+
+def assert_closed_by(server: Server, key: str, message: str | bytes, code: int) -> None:
+    """``message`` sent as one text frame (bytes as they are) closes the stream with ``code``."""
     with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10, max_size=None) as ws:
-        ws.send(json.dumps({"ack": 0, "pad": "x" * (1 << 20)}))
+        ws.send(message, text=True)
         with pytest.raises(ConnectionClosed) as closed:
             ws.recv(timeout=10)
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == code
+
+
+def assert_streams(server: Server, key: str) -> None:
+    """A new connection with ``key`` answers an ack as before."""
     with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
         ws.send(json.dumps({"ack": 0}))
         assert json.loads(ws.recv(timeout=10)) == {"cursor": 0}
@@ -154,14 +164,8 @@ def test_a_text_message_that_is_not_utf8_closes_1007_and_logs_no_error(server: S
     """uvicorn logged an ERROR line and a traceback for each such message: a key could fill the log with them."""
     key = server.issue("ws-utf8", "Reader", "r")["plaintext_secret"]
     for _ in range(3):
-        with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
-            ws.send(b'{"ack": "\xff"}', text=True)  # a text frame whose bytes are not UTF-8
-            with pytest.raises(ConnectionClosed) as closed:
-                ws.recv(timeout=10)
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
-    with connect(ws_url(server), additional_headers={"x-service-key": key}, open_timeout=10) as ws:
-        ws.send(json.dumps({"ack": 0}))
-        assert json.loads(ws.recv(timeout=10)) == {"cursor": 0}
+        assert_closed_by(server, key, b'{"ack": "\xff"}', 1007)  # a text frame whose bytes are not UTF-8
+    assert_streams(server, key)
     assert "Invalid UTF-8" not in server.output() and "UnicodeDecodeError" not in server.output()
 
 
