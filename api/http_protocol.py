@@ -37,6 +37,7 @@ hundreds of MiB, which the parser gathers by copying what it holds on every read
 an end held the head's event loop (every other request) until the header timeout closed it."""
 
 
+LINGER_S = 2.0  # how long the rest of a body already answered is read and discarded before the socket closes
 _HEAD_TOO_LARGE = f"the request line and headers exceed {HEAD_MAX_BYTES} bytes"
 
 
@@ -51,6 +52,7 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     _heads_done = 0  # requests whose headers completed during the current read
     _refusal: str | None = None  # a 400 held until the requests before it are answered
     _refusal_message: str | None = None  # what the next parser error is (uvicorn names them all alike)
+    _lingering = False  # answered before its body was read: the rest is discarded until the socket closes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -60,7 +62,7 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         """Feeds the parser, and refuses a request whose line and headers pass :data:`HEAD_MAX_BYTES`. A read
         counts when it starts and ends within one request's head (one that starts in a body and ends in the next
         head is not counted, so the bound is loose by at most one read, 256 KiB, and never counts a body)."""
-        if self._refusal is not None:
+        if self._refusal is not None or self._lingering:
             return  # the connection ends once the answers owed are sent: nothing more of it is read
         in_head = self._in_head
         self._heads_done = 0
@@ -90,8 +92,24 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self._refusal is not None and not self._answers_owed() and not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self._refusal is not None and not self._answers_owed():
             self._refuse(self._refusal)
+        elif self.cycle is not None and self.cycle.response_complete and not self.pipeline and not self._in_head:
+            self._linger()
+
+    def _linger(self) -> None:
+        """An answer sent before its request's body was read (a refusal: 401, 413-sized 400, 415, 429) ends the
+        connection: uvicorn kept it, discarding the rest of the body, but every byte that came cancelled the
+        keep-alive timer and nothing set it again, so a client without a key held the socket for ever by
+        sending a body after its 401. What still comes is discarded, the write side is shut (the client reads
+        the answer and its end), and the socket is closed :data:`LINGER_S` later or at the client's end."""
+        self._lingering = True
+        self._unset_keepalive_if_required()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.loop.call_later(LINGER_S, self.transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_arrived()

@@ -3,6 +3,7 @@ spec section 7 holds for them too (every non-2xx answer is the error envelope)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -154,3 +155,25 @@ def test_a_refused_websocket_handshake_is_answered_in_the_envelope(server: Serve
         assert (got, headers["content-type"]) == (status, "application/json"), (path, lines, body)
         error = json.loads(body)["error"]
         assert error["code"] == code and error["message"], (path, lines)
+
+
+def test_a_request_answered_before_its_body_arrived_ends_its_connection(server: Server) -> None:
+    """A 401 (or a 400 for a declared length past the cap) goes out before the body is read. uvicorn then
+    discarded the body, but each byte of it cancelled the keep-alive timer and nothing set it again: a client
+    without a key that sent its body after the 401 and went quiet held the socket for ever."""
+    key = server.issue("lingering", "Writer", "sender")["plaintext_secret"]
+    for sent_key, declared, status in ((b"", 1 << 20, 401), (b"x-service-key: %s\r\n" % key.encode(), 64 << 20, 400)):
+        with socket.create_connection(("127.0.0.1", port_of(server)), timeout=8) as sock:
+            sock.sendall(b"POST /v1/cells HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n" + sent_key)
+            sock.sendall(b"content-length: %d\r\n\r\n" % declared)
+            answer = b""
+            while b"\r\n\r\n" not in answer:  # bounded by the socket timeout
+                answer += sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 %d" % status)
+            with contextlib.suppress(OSError):  # the server may already have shut its side
+                sock.sendall(b" " * (256 * 1024))
+            quiet = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(65536):  # the rest of the answer, then the end (a timeout fails the test)
+                    pass
+            assert time.monotonic() - quiet < 5
