@@ -30,6 +30,9 @@ from websockets.http11 import Response
 from websockets.server import ServerProtocol
 from websockets.typing import StatusLike
 
+from api.errors import envelope
+from mesh.errors import ErrorCode
+
 HEADERS_TIMEOUT_S = 10.0  # a request's line and headers arrive within this of its first byte (or of the connection)
 HEAD_MAX_BYTES = 64 * 1024
 """The most a request's line and headers may take. uvicorn set no bound: one connection could send a header of
@@ -148,7 +151,7 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(msg)
 
     def _refuse(self, msg: str) -> None:
-        body = json.dumps({"error": {"code": "validation", "message": msg}}).encode()
+        body = json.dumps(envelope(ErrorCode.VALIDATION, msg)).encode()
         head = [STATUS_LINE[400]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
@@ -163,7 +166,7 @@ streams is an ack, ``{"ack": N}``, under 40 bytes; a larger message closes the c
 read whole, so no key can make the head parse 16 MiB per reconnect."""
 
 
-_HANDSHAKE_CODES = {400: "validation", 403: "forbidden", 404: "not_found"}
+_HANDSHAKE_CODES = {400: ErrorCode.VALIDATION, 403: ErrorCode.FORBIDDEN, 404: ErrorCode.NOT_FOUND}
 
 
 class _EnvelopeServerProtocol(ServerProtocol):
@@ -173,11 +176,11 @@ class _EnvelopeServerProtocol(ServerProtocol):
 
     def reject(self, status: StatusLike, text: str) -> Response:
         given = int(status)
-        code, error = (500, "internal") if given >= 500 else (given, _HANDSHAKE_CODES.get(given, "validation"))
-        if error == "validation":
+        code, error = (500, ErrorCode.INTERNAL) if given >= 500 else (given, _HANDSHAKE_CODES.get(given, ErrorCode.VALIDATION))
+        if error is ErrorCode.VALIDATION:
             code = 400
         response = super().reject(code, text)
-        body = json.dumps({"error": {"code": error, "message": text.strip() or response.reason_phrase}}).encode()
+        body = json.dumps(envelope(error, text.strip() or response.reason_phrase)).encode()
         for name, value in (("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
             del response.headers[name]  # a multidict: assigning would add a second header
             response.headers[name] = value

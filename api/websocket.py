@@ -27,7 +27,7 @@ from fastapi import WebSocket
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocketState
 
-from api.admission import client_address, presented_key
+from api.admission import authenticate_at_gate
 from api.errors import STATUS, envelope, memesh_error_response
 from api.gate_common import header_pairs, refuse
 from head.facade import Memesh
@@ -59,7 +59,7 @@ def websocket_not_found(memesh: Memesh, fallback: ASGIApp) -> ASGIApp:
         error: MemeshError = NotFound("no WebSocket stream at this path")
         if scope["path"].startswith("/v1/"):
             try:
-                await memesh.principal(presented_key(header_pairs(scope), bearer=False), client_address(scope))
+                await authenticate_at_gate(memesh, scope, header_pairs(scope))  # the /v1 gate's own check
             except MemeshError as exc:
                 error = exc
         await refuse(memesh_error_response(error), scope, receive, send)
