@@ -40,7 +40,7 @@ hundreds of MiB, which the parser gathers by copying what it holds on every read
 an end held the head's event loop (every other request) until the header timeout closed it."""
 
 
-LINGER_S = 2.0  # how long the rest of a body already answered is read and discarded before the socket closes
+LINGER_S = 2.0  # the rest of a body already answered arrives within this, or the socket closes
 _HEAD_TOO_LARGE = f"the request line and headers exceed {HEAD_MAX_BYTES} bytes"
 
 
@@ -55,7 +55,8 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     _heads_done = 0  # requests whose headers completed during the current read
     _refusal: str | None = None  # a 400 held until the requests before it are answered
     _refusal_message: str | None = None  # what the next parser error is (uvicorn names them all alike)
-    _lingering = False  # answered before its body was read: the rest is discarded until the socket closes
+    _body_due: asyncio.TimerHandle | None = None  # answered before its body was read: when the rest must be in
+    _rearm_keep_alive = False  # that body ended during the current read: the idle timer is set again after it
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -65,7 +66,7 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         """Feeds the parser, and refuses a request whose line and headers pass :data:`HEAD_MAX_BYTES`. A read
         counts when it starts and ends within one request's head (one that starts in a body and ends in the next
         head is not counted, so the bound is loose by at most one read, 256 KiB, and never counts a body)."""
-        if self._refusal is not None or self._lingering:
+        if self._refusal is not None:
             return  # the connection ends once the answers owed are sent: nothing more of it is read
         in_head = self._in_head
         self._heads_done = 0
@@ -74,6 +75,9 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > HEAD_MAX_BYTES:
                 self.send_400_response(_HEAD_TOO_LARGE)
+        if self._rearm_keep_alive:
+            self._rearm_keep_alive = False
+            self._keep_alive_again()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -92,6 +96,10 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True
+        if self._body_due is not None:  # the body of a request already answered is all in
+            self._body_due.cancel()
+            self._body_due = None
+            self._rearm_keep_alive = True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -100,22 +108,31 @@ class EnvelopeHttpToolsProtocol(HttpToolsProtocol):
         if self._refusal is not None and not self._answers_owed():
             self._refuse(self._refusal)
         elif self.cycle is not None and self.cycle.response_complete and not self.pipeline and not self._in_head:
-            self._linger()
+            self._await_answered_body()
 
-    def _linger(self) -> None:
-        """An answer sent before its request's body was read (a refusal: 401, 413-sized 400, 415, 429) ends the
-        connection: uvicorn kept it, discarding the rest of the body, but every byte that came cancelled the
+    def _await_answered_body(self) -> None:
+        """An answer sent before its request's body was read (a refusal: 401, 400 for a declared length past the
+        cap, 415, 429). uvicorn discards the rest of that body as it comes, but every read cancelled the
         keep-alive timer and nothing set it again, so a client without a key held the socket for ever by
-        sending a body after its 401. What still comes is discarded, the write side is shut (the client reads
-        the answer and its end), and the socket is closed :data:`LINGER_S` later or at the client's end."""
-        self._lingering = True
-        self._unset_keepalive_if_required()
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self.loop.call_later(LINGER_S, self.transport.close)
+        sending a body after its 401 and going quiet. Now the rest must arrive within :data:`LINGER_S`, or the
+        socket is closed; once it has, the connection is idle as after any answer (the keep-alive timer is set
+        again), so a client that sent its whole body reuses it as HTTP/1.1 lets it."""
+        self._body_due = self.loop.call_later(LINGER_S, self._body_late)
+
+    def _body_late(self) -> None:
+        self._body_due = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    def _keep_alive_again(self) -> None:
+        idle = (self.cycle is None or self.cycle.response_complete) and not self.pipeline
+        if idle and self.timeout_keep_alive_task is None and not self.transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self.timeout_keep_alive_handler)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._headers_arrived()
+        if self._body_due is not None:
+            self._body_due.cancel()
         super().connection_lost(exc)
 
     def _expect_headers(self) -> None:
