@@ -10,6 +10,8 @@ Guarantees:
   included; beyond, gRPC answers RESOURCE_EXHAUSTED), messages received of at
   most ``max_message_bytes`` (REST's body cap); HTTP/2 keepalive pings every
   30 s, clients' pings accepted every 10 s and while no call is open.
+- Health ``Watch`` and reflection streams take no key, so they are held to a share of their own
+  (:mod:`api.grpc_data.keyless_streams`: 64 at once, 8 from one address), never the slots keyed calls need.
 - Health is unauthenticated. ``""`` and ``memesh.data.v1.DataService`` are
   SERVING exactly when the facade's cached readiness (``memesh.health(cached=
   True)``, what ``/healthz`` answers) holds, else NOT_SERVING: judged again
@@ -32,6 +34,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from api.grpc_data.call_metrics import CallMetrics
+from api.grpc_data.keyless_streams import KeylessStreams
 from api.grpc_data.servicer import DataServicer
 from api.grpc_data.stream import InboxStreams
 from api.grpc_data.undecodable import UndecodableRequests
@@ -121,6 +124,7 @@ async def start_data_plane(memesh: Memesh, config: DataPlaneConfig) -> DataPlane
             CallMetrics(memesh.requests),
             GrpcPartitionHold(memesh.directory.gate),
             UndecodableRequests(memesh, Bucket.READ),
+            KeylessStreams(),
         ],
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
         options=[

@@ -23,6 +23,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from grpc_status import rpc_status
 
+from api.grpc_data.keyless_streams import PER_PEER
 from memesh_proto import data_pb2 as pb
 from memesh_proto import data_pb2_grpc
 from tests.servers import Server
@@ -431,3 +432,37 @@ def test_health_and_reflection(channel: grpc.Channel) -> None:
     methods = {m.name for m in pool.FindServiceByName(SERVICE).methods}
     assert methods == set(pb.DESCRIPTOR.services_by_name["DataService"].methods_by_name)
     assert pool.FindMethodByName(f"{SERVICE}.StreamInbox").server_streaming
+
+
+def test_keyless_streams_cannot_take_the_slots_keyed_calls_need(server: Server, stub: data_pb2_grpc.DataServiceStub) -> None:
+    """Health Watch streams need no key and never end by themselves: one address holds at most
+    ``PER_PEER`` of them (the next is RESOURCE_EXHAUSTED, ``quota_exceeded``), keyed calls go on being
+    served, and a slot comes back when its stream ends."""
+    writer = server.issue("keyless", "Writer", "keyless-writer")["plaintext_secret"]
+    with grpc.insecure_channel(server.grpc_data_address) as watching:
+        health = health_pb2_grpc.HealthStub(watching)
+        streams = [health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=60) for _ in range(PER_PEER)]
+        try:
+            for stream in streams:  # each is open: it sent the current status
+                assert next(stream).status == health_pb2.HealthCheckResponse.SERVING
+            extra = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            with pytest.raises(grpc.RpcError) as caught:
+                next(extra)
+            assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            assert reason(rpc_status.from_call(caught.value)) == "QUOTA_EXCEEDED"  # type: ignore[arg-type]
+            answer = stub.Query(pb.RetrieveRequest(text="payment retries", k=1), metadata=auth(writer), timeout=30)
+            assert list(answer.hits) == []  # served: the tenant has no cells
+        finally:
+            for stream in streams:
+                stream.cancel()
+        deadline = time.monotonic() + 10
+        while True:  # the cancels reach the server: a slot is free again
+            again = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            try:
+                assert next(again).status == health_pb2.HealthCheckResponse.SERVING
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline  # type: ignore[attr-defined]
+                time.sleep(0.1)
+            finally:
+                again.cancel()
