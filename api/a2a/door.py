@@ -23,6 +23,10 @@ Guarantees:
   any other method (``GetTask``, ``ListTasks``, ``tasks/get``, a malformed
   body, ...) one Read token, charged here, so its refusal is an HTTP 429 with
   ``Retry-After`` before JSON-RPC.
+- A body of more than ``MAX_JSON_VALUES`` JSON values or nested deeper than
+  ``MAX_JSON_DEPTH`` (:func:`api.gate_common.json_shape_refusal`) is 400
+  ``validation`` before the SDK parses it (charged one Read token): the SDK
+  builds its objects on the event loop every request shares.
 - Both protocol versions share the endpoint: v1.0 method names
   (``SendMessage``) with ``A2A-Version: 1.0``, v0.3 names (``message/send``)
   without it or with ``A2A-Version: 0.3``. The header is never invented: as
@@ -46,10 +50,10 @@ from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
 from api.admission import admit_at_door
-from api.errors import memesh_error_response
-from api.gate_common import header_map, read_body, replay, run_guarded
+from api.errors import error_response, memesh_error_response
+from api.gate_common import header_map, json_shape_refusal, read_body, replay, run_guarded
 from head.facade import Bucket, Memesh
-from mesh.errors import MemeshError
+from mesh.errors import ErrorCode, MemeshError
 
 PARSE_ERROR = object()
 SEND_METHODS = frozenset({"SendMessage", "message/send"})  # charged by their operation, not here
@@ -99,12 +103,16 @@ class A2aDoor:
             request = PARSE_ERROR
         method = request.get("method") if isinstance(request, dict) else None
         refusal = _refusal(request, method, header_map(scope).get("a2a-version", ""))
-        if method not in SEND_METHODS or refusal is not None:
+        too_large = json_shape_refusal(request)
+        if method not in SEND_METHODS or refusal is not None or too_large is not None:
             try:
                 self.memesh.charge(scope["state"]["principal"], Bucket.READ)
             except MemeshError as exc:
                 await memesh_error_response(exc)(scope, receive, send)
                 return
+        if too_large is not None:  # before the SDK turns every value into an object of its own
+            await error_response(400, ErrorCode.VALIDATION, too_large)(scope, receive, send)
+            return
         if refusal is not None:
             reply_id = request.get("id") if isinstance(request, dict) else None
             if isinstance(reply_id, bool) or not isinstance(reply_id, str | int):

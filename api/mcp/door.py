@@ -12,7 +12,10 @@ Guarantees:
   is started on the first request and stopped by :meth:`McpDoor.close`.
 - Messages are POSTed, with the ``/v1`` body rules: a non-JSON body is
   415, one over ``max_body_bytes`` 400, a request still running after
-  ``timeout_s`` 504. A handshake-era ``initialize`` is answered with a
+  ``timeout_s`` 504; a message of more than ``MAX_JSON_VALUES`` values or
+  nested deeper than ``MAX_JSON_DEPTH`` (:func:`api.gate_common.json_shape_refusal`),
+  or a request whose ``id`` is neither a string nor an integer, 400
+  ``validation`` before the SDK parses it. A handshake-era ``initialize`` is answered with a
   session id that no head stores (:mod:`api.mcp.session_stream`). GET (the
   notification stream) and DELETE (204, nothing to end) need a session id;
   without one, and for any other method, 405. A stream (GET, or a
@@ -34,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.admission import admit_at_door
 from api.errors import error_response, memesh_error_response
-from api.gate_common import header_map, json_method, read_body, replay, run_guarded
+from api.gate_common import header_map, json_document, json_shape_refusal, read_body, replay, run_guarded
 from api.mcp.enveloped import enveloped
 from api.mcp.push import InboxWatches
 from api.mcp.session_stream import PROTOCOL_HEADER, SESSION_HEADER, new_session_id, serve_stream, with_session_id
@@ -90,15 +93,19 @@ class McpDoor:
         await run_guarded(partial(self._post, opening), scope, receive, send, self.max_body_bytes, self.timeout_s)
 
     async def _post(self, opening: bool, scope: Scope, receive: Receive, send: Send) -> None:
-        """One MCP message to the SDK; an ``initialize`` is answered with a fresh session id."""
-        if opening:
-            body = await read_body(receive)
-            if body is None:
-                return  # the client left
-            if json_method(body) == "initialize":
-                send = with_session_id(send, new_session_id())
-            receive = replay(body, receive)
-        await self.mcp_app(scope, receive, enveloped(send))  # the SDK's own HTTP refusals, as the envelope
+        """One MCP message to the SDK, once its shape and id are ones the SDK serves (else 400 ``validation``);
+        an ``initialize`` is answered with a fresh session id."""
+        body = await read_body(receive)
+        if body is None:
+            return  # the client left
+        message = json_document(body)
+        refusal = json_shape_refusal(message) or _id_refusal(message)
+        if refusal is not None:
+            await error_response(400, ErrorCode.VALIDATION, refusal)(scope, receive, send)
+            return
+        if opening and isinstance(message, dict) and message.get("method") == "initialize":
+            send = with_session_id(send, new_session_id())
+        await self.mcp_app(scope, replay(body, receive), enveloped(send))  # the SDK's own HTTP refusals, as the envelope
 
     async def _started(self) -> bool:
         """True once the SDK's session manager runs; False when it failed or the door was closed."""
@@ -121,6 +128,17 @@ class McpDoor:
         if self._running is not None:
             with contextlib.suppress(Exception):
                 await self._running
+
+
+def _id_refusal(message: object) -> str | None:
+    """A request whose ``id`` is neither a string nor an integer: the SDK took it for a notification and
+    answered 202 without running it, so its client waited for ever."""
+    if not isinstance(message, dict) or "id" not in message or "method" not in message:
+        return None
+    request_id = message["id"]
+    if isinstance(request_id, str) or (isinstance(request_id, int) and not isinstance(request_id, bool)):
+        return None
+    return "a JSON-RPC request's id is a string or an integer"
 
 
 class McpRoute:

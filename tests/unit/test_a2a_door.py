@@ -21,6 +21,7 @@ from a2a.utils.errors import InvalidParamsError, TaskNotFoundError
 
 from api.a2a.card import A2aConfig
 from api.app import create_app
+from api.gate_common import MAX_JSON_DEPTH, MAX_JSON_VALUES
 from head.facade import Memesh
 from tests.unit.conftest import ADMIN, assert_error
 
@@ -204,4 +205,24 @@ async def test_a_notification_runs_nothing_and_a_v03_name_under_v1_is_version_no
             body = {"jsonrpc": "2.0", "id": "r-1", "method": method, "params": params}
             answer = (await http.post("/a2a/v1", json=body, headers={"a2a-version": "1.0"})).json()
             assert answer["id"] == "r-1" and answer["error"]["code"] == -32009, answer
+        await http.aclose()
+
+
+async def test_a_message_too_large_in_shape_is_refused_before_the_sdk(core: Memesh, tmp_path: Path) -> None:
+    """The SDK turns every JSON value of a message into objects of its own on the shared event loop: a data
+    part of 400,000 values held every other request for 9 s. Past MAX_JSON_VALUES values or MAX_JSON_DEPTH
+    levels a body is 400 ``validation`` before the SDK sees it, and costs a Read token."""
+    async with a2a_app(core, tmp_path) as app:
+        headers = {"x-service-key": await key_of(core, "t1", "Reader"), "content-type": "application/json"}
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+        wide = {"op": "recall", "text": "x", "cell_types": ["Fact"] * MAX_JSON_VALUES}
+        deep: Any = "x"
+        for _ in range(MAX_JSON_DEPTH):
+            deep = {"a": deep}
+        for data, metadata in ((wide, {}), ({"op": "recall", "text": "x"}, deep)):
+            message = {"messageId": "m", "role": "user", "kind": "message", "parts": [{"kind": "data", "data": data}]}
+            body = {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message, "metadata": metadata}}
+            refused = await http.post("/a2a/v1", json=body)
+            assert_error(refused, 400, "validation")
+        assert (await http.post("/a2a/v1", json=RPC, headers={"A2A-Version": "1.0"})).status_code == 200
         await http.aclose()

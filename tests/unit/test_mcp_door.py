@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from api.admission import presented_key
 from api.app import create_app
+from api.gate_common import MAX_JSON_DEPTH, MAX_JSON_VALUES
 from head.facade import Memesh
 from mesh.errors import Unauthorized
 from tests.unit.conftest import ADMIN, assert_error
@@ -216,5 +217,35 @@ async def test_what_is_no_json_rpc_message_is_the_spec_envelope(core: Memesh) ->
     answered = await http.post("/mcp", json=tools, headers={"mcp-protocol-version": "1999-01-01"})
     assert answered.status_code == 400 and answered.json()["id"] == 1 and isinstance(answered.json()["error"]["code"], int)
     assert (await http.post("/mcp", json=tools)).status_code == 200
+    await http.aclose()
+    await app.state.mcp.close()
+
+
+async def test_a_message_too_large_in_shape_or_with_an_id_it_cannot_answer_is_refused(core: Memesh) -> None:
+    """Refused 400 ``validation`` before the SDK: a message past MAX_JSON_VALUES values or MAX_JSON_DEPTH levels
+    (the SDK builds its objects on the event loop every request shares), and a request whose id is neither a
+    string nor an integer (the SDK took it for a notification: 202, never run, its client waiting for ever)."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    headers = {"x-service-key": key, "accept": "application/json, text/event-stream", "mcp-protocol-version": "2025-06-18"}
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test", headers=headers)
+    recall = {"name": "recall", "arguments": {"text": "x", "cell_types": ["Fact"] * MAX_JSON_VALUES}}
+    deep: Any = "x"
+    for _ in range(MAX_JSON_DEPTH):
+        deep = [deep]
+    write = {"name": "write_cell", "arguments": {"content": "never written", "cell_type": "Fact"}}
+    bodies: list[Any] = [
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": recall},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {**write, "_meta": deep}},
+        *({"jsonrpc": "2.0", "id": bad, "method": "tools/call", "params": write} for bad in (1.5, 1e308, True, None, [1], {})),
+    ]
+    for body in bodies:
+        assert_error(await http.post("/mcp", json=body), 400, "validation")
+    small = {"name": "recall", "arguments": {"text": "x"}}
+    served = await http.post("/mcp", json={"jsonrpc": "2.0", "id": "a", "method": "tools/call", "params": small})
+    assert served.status_code == 200 and served.json()["id"] == "a"
+    cells = {"name": "list_cells", "arguments": {}}
+    listed = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": cells})
+    assert listed.json()["result"]["structuredContent"]["cells"] == []  # no refused write ran
     await http.aclose()
     await app.state.mcp.close()
