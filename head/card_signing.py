@@ -8,6 +8,10 @@ Guarantees of :func:`verify_card_signatures`:
 - keys come only from the supplied JWKS, matched by ``kid``. ``jku`` is never
   fetched: the control plane makes no outbound requests;
 - only :data:`ALLOWED_ALGORITHMS` are accepted (never ``none`` or HMAC).
+- bounded: at most :data:`MAX_CHECKS` signature checks an import, and RSA keys of
+  :data:`RSA_BITS` with a public exponent of at most :data:`RSA_MAX_EXPONENT`
+  (the checks run on the event loop every request shares: 512 checks with
+  3071-bit exponents held it for 3.5 s).
 
 The payload rebuilt for verification (:func:`signing_payload`) is the one the
 reference SDK (``a2a-sdk`` 1.x) signs, so SDK-signed cards verify; see its
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import rfc8785
+from cryptography.hazmat.primitives.asymmetric import rsa
 from joserfc import jws
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, KeySet, OKPKey, RSAKey
@@ -35,6 +40,9 @@ from mesh.errors import ValidationFailed
 ALLOWED_ALGORITHMS = ("ES256", "ES384", "RS256", "PS256", "Ed25519", "EdDSA")
 MAX_SIGNATURES = 8
 MAX_JWKS_KEYS = 32
+MAX_CHECKS = 16  # signature checks one import may cost (a signature, a payload shape, a key of its kid)
+RSA_BITS = (2048, 4096)  # the moduli taken: a verification's cost grows with the modulus and the exponent
+RSA_MAX_EXPONENT = 2**32 - 1  # 65537 is what signers use; a 3071-bit exponent made one check cost 7.8 ms
 _PROTECTED_MAX = 2048  # characters of the base64url protected header
 _PRIVATE_MEMBERS = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 
@@ -186,11 +194,14 @@ def verify_card_signatures(card: dict[str, Any], jwks: object | None) -> Signatu
         raise ValidationFailed("signed card needs verification_jwks")
     keys = _public_keys(jwks)
     payloads = dict.fromkeys((signing_payload(card), canonical_bytes({k: v for k, v in card.items() if k != "signatures"})))
+    budget = [MAX_CHECKS]
     for entry in signatures:
         for payload in payloads:
-            check = _verify_one(entry, keys, payload)
+            check = _verify_one(entry, keys, payload, budget)
             if check is not None:
                 return check
+    if budget[0] <= 0:
+        raise ValidationFailed(f"no card signature verifies within {MAX_CHECKS} checks against verification_jwks")
     raise ValidationFailed("no card signature verifies against verification_jwks")
 
 
@@ -209,7 +220,9 @@ def verify_import_signatures(fmt: object, document: object, jwks: object | None)
     return verify_card_signatures(document, jwks)
 
 
-def _verify_one(entry: object, keys: dict[str, list[PublicKey]], payload: bytes) -> SignatureCheck | None:
+def _verify_one(entry: object, keys: dict[str, list[PublicKey]], payload: bytes, budget: list[int]) -> SignatureCheck | None:
+    """The check of one signature over ``payload`` by the keys of its ``kid``; each key tried takes one of
+    ``budget``'s checks, and none is tried once they are spent."""
     if not isinstance(entry, dict):
         return None
     protected, signature = entry.get("protected"), entry.get("signature")
@@ -222,6 +235,9 @@ def _verify_one(entry: object, keys: dict[str, list[PublicKey]], payload: bytes)
     if alg not in ALLOWED_ALGORITHMS or not isinstance(kid, str) or typ != "JOSE":
         return None
     for key in keys.get(kid, []):
+        if budget[0] <= 0:
+            return None
+        budget[0] -= 1
         try:
             jws.deserialize_compact(f"{protected}..{signature}", key, algorithms=[alg], payload=payload)
         except (JoseError, ValueError, TypeError):
@@ -252,9 +268,21 @@ def _public_keys(jwks: object) -> dict[str, list[PublicKey]]:
         raise ValidationFailed("verification_jwks holds a key that cannot be read") from None
     by_kid: dict[str, list[PublicKey]] = {}
     for key in imported.keys:
+        if isinstance(key, RSAKey):
+            _check_rsa(key)
         if isinstance(key, ECKey | OKPKey | RSAKey) and key.kid:
             by_kid.setdefault(key.kid, []).append(key)
     return by_kid
+
+
+def _check_rsa(key: RSAKey) -> None:
+    raw = key.raw_value
+    public = raw.public_key() if isinstance(raw, rsa.RSAPrivateKey) else raw  # private members were refused above
+    low, high = RSA_BITS
+    if not low <= public.key_size <= high:
+        raise ValidationFailed(f"verification_jwks RSA keys must have {low} to {high} bit moduli")
+    if public.public_numbers().e > RSA_MAX_EXPONENT:
+        raise ValidationFailed(f"verification_jwks RSA keys must have a public exponent of at most {RSA_MAX_EXPONENT}")
 
 
 __all__ = [

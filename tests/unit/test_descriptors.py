@@ -19,7 +19,11 @@ import rfc8785
 from joserfc import jws
 from joserfc.jwk import ECKey, OKPKey, RSAKey
 
+from head import card_signing
 from head.card_signing import (
+    MAX_CHECKS,
+    MAX_JWKS_KEYS,
+    MAX_SIGNATURES,
     canonical_bytes,
     document_digest,
     signing_payload,
@@ -533,3 +537,37 @@ def test_cards_signed_by_a2a_sdk_verify_and_ours_verify_in_a2a_sdk(ec_key: ECKey
     public_pem = ec_key.as_pem(private=False)
     verifier = signing.create_signature_verifier(lambda kid, jku: public_pem, ["ES256"])
     verifier(parse_agent_card(copy.deepcopy(ours)))  # raises when no signature verifies
+
+
+@pytest.mark.filterwarnings("ignore:Key size should be")  # joserfc's warning for the short key refused here
+def test_rsa_keys_that_make_a_check_costly_are_refused(rsa_key: RSAKey) -> None:
+    """A 3071-bit public exponent made one RSA check cost 7.8 ms on the shared event loop: the moduli and
+    exponents taken are bounded before any check runs."""
+    card = sign_card(fixture("a2a_v1_card"), rsa_key, "RS256", "k1")
+    public = jwks_of((rsa_key, "k1"))["keys"][0]
+    n = int.from_bytes(base64.urlsafe_b64decode(public["n"] + "=="), "big")
+    costly = {**public, "e": b64url(((1 << 2000) | 1).to_bytes(251, "big"))}
+    with pytest.raises(ValidationFailed, match="public exponent"):
+        verify_card_signatures(card, {"keys": [costly]})
+    short = {**public, "n": b64url((n >> 1100).to_bytes(120, "big"))}
+    with pytest.raises(ValidationFailed, match="bit moduli"):
+        verify_card_signatures(card, {"keys": [short]})
+    assert verify_card_signatures(card, jwks_of((rsa_key, "k1"))) is not None  # e = 65537, 2048 bits
+
+
+def test_an_import_costs_at_most_max_checks_signature_checks(ec_key: ECKey, monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 signatures, two payload shapes and 32 keys under one kid were 512 checks; at most MAX_CHECKS are made."""
+    impostors = [(ECKey.generate_key("P-256"), "k1") for _ in range(MAX_JWKS_KEYS - 1)]
+    card = fixture("a2a_v1_card")
+    for _ in range(MAX_SIGNATURES - 1):
+        card = sign_card(card, ECKey.generate_key("P-256"), "ES256", "k1")
+    card = sign_card(card, ec_key, "ES256", "k1")  # the one that verifies comes last, its key last
+    checks = []
+    real = card_signing.jws.deserialize_compact
+    monkeypatch.setattr(card_signing.jws, "deserialize_compact", lambda *a, **kw: checks.append(1) or real(*a, **kw))
+    with pytest.raises(ValidationFailed, match=f"within {MAX_CHECKS} checks"):
+        verify_card_signatures(card, jwks_of(*impostors, (ec_key, "k1")))
+    assert len(checks) == MAX_CHECKS
+    checks.clear()
+    assert verify_card_signatures(card, jwks_of((ec_key, "k1"))) is not None  # one key a kid: 8 signatures, 2 shapes
+    assert len(checks) <= MAX_CHECKS
