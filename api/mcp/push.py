@@ -198,6 +198,7 @@ async def _listen(
             raise protocol_error(exc) from None
         refusal: list[MemeshError] = []
         result: list[HandlerResult] = []
+        failure: list[Exception] = []
         async with anyio.create_task_group() as streams:
 
             async def guard() -> None:
@@ -208,10 +209,15 @@ async def _listen(
                     streams.cancel_scope.cancel()
 
             streams.start_soon(guard)
-            result.append(await call_next(ctx))
+            try:
+                result.append(await call_next(ctx))
+            except Exception as exc:  # noqa: BLE001 - raised again past the group, not as its ExceptionGroup: the SDK's -32601 and
+                failure.append(exc)  # -32602 (params it cannot read) stay what they are, never an internal error
             streams.cancel_scope.cancel()
         if refusal:
             raise protocol_error(refusal[0])
+        if failure:
+            raise failure[0]
         return result[0]
 
 

@@ -7,6 +7,7 @@ The official client runs over an in-process ASGI transport (the SDK's
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -247,5 +248,32 @@ async def test_a_message_too_large_in_shape_or_with_an_id_it_cannot_answer_is_re
     cells = {"name": "list_cells", "arguments": {}}
     listed = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": cells})
     assert listed.json()["result"]["structuredContent"]["cells"] == []  # no refused write ran
+    await http.aclose()
+    await app.state.mcp.close()
+
+
+async def test_a_listen_the_sdk_refuses_keeps_its_code_and_logs_nothing(core: Memesh, caplog: pytest.LogCaptureFixture) -> None:
+    """A ``subscriptions/listen`` the SDK refuses (a handshake-era one: no such method there; one whose
+    params it cannot read) left the listen's task group as an ExceptionGroup and was answered ``-32603
+    internal`` with an ERROR traceback; it is the SDK's ``-32601``, or ``-32602 validation``."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    agent_id = (await core.principal(key)).agent_id
+    own = f"memesh://agents/{agent_id}/inbox"
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"x-service-key": key, "accept": "application/json, text/event-stream"}
+    http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://memesh.test", headers=headers)
+    listen = {"jsonrpc": "2.0", "id": 1, "method": "subscriptions/listen"}
+    handshake_era = await http.post(
+        "/mcp",
+        json={**listen, "params": {"notifications": {"resourceSubscriptions": [own]}}},
+        headers={"mcp-protocol-version": "2025-06-18"},
+    )
+    assert handshake_era.json()["error"]["code"] == -32601, handshake_era.text
+    now = {"mcp-protocol-version": "2026-07-28", "mcp-method": "subscriptions/listen"}
+    unreadable = await http.post("/mcp", json={**listen, "params": {"notifications": 5, "_meta": meta}}, headers=now)
+    error = unreadable.json()["error"]
+    assert error["code"] == -32602 and error["message"].startswith("validation: "), unreadable.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     await http.aclose()
     await app.state.mcp.close()
