@@ -95,6 +95,7 @@ async def serve_stream(
         async def events() -> AsyncIterator[dict[str, str]]:
             note = json.dumps({"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": own}})
             guard = asyncio.ensure_future(credential.until_refused())
+            update: asyncio.Future[None] | None = None
             try:
                 while not guard.done():
                     update = asyncio.ensure_future(updates.get())
@@ -104,7 +105,9 @@ async def serve_stream(
                     else:
                         update.cancel()
                 # the key failed: the stream ends
-            finally:
+            finally:  # also when the client left: no wait is left pending (it was logged at ERROR when collected)
+                if update is not None:
+                    update.cancel()
                 guard.cancel()
                 with contextlib.suppress(asyncio.CancelledError, MemeshError):
                     await guard

@@ -277,3 +277,35 @@ async def test_a_listen_the_sdk_refuses_keeps_its_code_and_logs_nothing(core: Me
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     await http.aclose()
     await app.state.mcp.close()
+
+
+async def test_a_session_stream_the_client_leaves_leaves_no_task_behind(core: Memesh) -> None:
+    """A notification stream (``GET /mcp``) whose client left kept its wait for the next update pending,
+    which asyncio logged at ERROR ("Task was destroyed but it is pending!") when it was collected."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    headers = [(b"x-service-key", key.encode()), (b"accept", b"text/event-stream"), (b"mcp-session-id", b"f" * 32)]
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": "/mcp", "raw_path": b"/mcp", "query_string": b"", "headers": headers,
+        "client": ("127.0.0.1", 5000), "server": ("memesh.test", 80), "root_path": "",
+    }  # fmt: skip
+    started = asyncio.Event()
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        await started.wait()
+        await asyncio.sleep(0.2)  # the stream waits for its first update
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+            started.set()
+
+    await asyncio.wait_for(app(scope, receive, send), 10)
+    await asyncio.sleep(0)
+    assert statuses == [200]
+    pending = [t for t in asyncio.all_tasks() if not t.done() and "Queue.get" in repr(t.get_coro())]
+    assert pending == []
+    await app.state.mcp.close()
