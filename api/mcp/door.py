@@ -20,7 +20,8 @@ Guarantees:
   notification stream) and DELETE (204, nothing to end) need a session id;
   without one, and for any other method, 405. A stream (GET, or a
   2026-07-28 listen) holds an inbox stream slot, so no admitted request
-  holds a connection open without bound.
+  holds a connection open without bound; a GET whose ``Accept`` takes no
+  ``text/event-stream`` is 406 ``validation`` and holds nothing.
 - Every other path goes to the wrapped application untouched.
 """
 
@@ -30,8 +31,10 @@ import asyncio
 import contextlib
 from functools import partial
 
+from mcp.server.streamable_http import check_accept_headers
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -86,6 +89,10 @@ class McpDoor:
             return
         scope = {**scope, "path": "/mcp", "raw_path": b"/mcp", "state": {**scope.get("state", {}), "principal": principal}}
         if scope["method"] == "GET":
+            if not check_accept_headers(Request(scope))[1]:  # the SDK's reading of Accept, wildcards included
+                message = "Not Acceptable: Client must accept text/event-stream"
+                await error_response(406, ErrorCode.VALIDATION, message)(scope, receive, send)
+                return
             stream = partial(serve_stream, self.memesh, self.bus, self.watches, principal)
             await run_guarded(stream, scope, receive, send, self.max_body_bytes, self.timeout_s)
             return

@@ -146,6 +146,10 @@ async def test_only_post_is_served_and_nothing_holds_a_connection_open(core: Mem
         assert refused.headers["allow"] == allowed
     ended = await http.delete("/mcp", headers={**headers, "mcp-session-id": "f" * 32})  # a session id names no state
     assert ended.status_code == 204
+    for accept in ("application/json", "text/html", ""):  # a GET stream for a client that takes no event stream
+        stream = await asyncio.wait_for(http.get("/mcp", headers={**headers, "accept": accept, "mcp-session-id": "f" * 32}), 5)
+        assert_error(stream, 406, "validation")
+    assert core.inbox.open_streams == 0  # it held no stream slot
     assert_error(await http.post("/mcp", content=b"x=1", headers={**headers, "content-type": "text/plain"}), 415, "validation")
     assert_error(await http.post("/mcp", json={"pad": "x" * 2048}, headers=headers), 400, "validation")
     await http.aclose()
