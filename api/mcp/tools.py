@@ -21,6 +21,7 @@ from dataclasses import replace
 from functools import wraps
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
+from jsonschema import Draft202012Validator
 from mcp.server import MCPServer
 from mcp.server.context import HandlerResult, ServerMiddleware, ServerRequestContext
 from mcp.server.mcpserver import Context
@@ -180,16 +181,54 @@ RankingParam = Annotated[
 ]
 
 
+JSON_KINDS = {
+    "integer": "a valid integer",
+    "number": "a valid number",
+    "string": "a valid string",
+    "boolean": "a valid boolean",
+    "array": "a valid list",
+    "object": "a valid dictionary",
+}
+
+
+def _kinds(value: object) -> list[str]:
+    return [str(kind) for kind in value] if isinstance(value, list) else [str(value)]
+
+
 class MemeshMCPServer(MCPServer):
     """The SDK's server, with arguments that fail a tool's input schema refused as ``validation: ...``
     (the SDK's own text would be ``Error executing tool ...``) and an unknown tool as ``not_found: ...``,
-    like every other refusal."""
+    like every other refusal. Arguments are held to the schema strictly (an integer is an integer, not
+    ``"3"`` or ``true``), as the A2A door and REST hold theirs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._type_checks: dict[str, Draft202012Validator] = {}  # tool name -> its input schema's validator
+
+    def _mistyped(self, name: str, schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+        """The first argument whose JSON type is not its input schema's (``field: Input should be ...``), or
+        None: the SDK's lax validation took ``k: "3"`` as 3 and ``k: true`` as 1. An integral number is an
+        integer, as JSON Schema says; every other rule stays the SDK's validation's."""
+        check = self._type_checks.get(name)
+        if check is None:
+            check = self._type_checks[name] = Draft202012Validator(schema)
+        for error in check.iter_errors(arguments):
+            alternatives = error.context if error.validator in ("anyOf", "oneOf") else [error]  # ``int | None``
+            if alternatives and all(alternative.validator == "type" for alternative in alternatives):
+                wanted = [kind for alternative in alternatives for kind in _kinds(alternative.validator_value) if kind != "null"]
+                where = ".".join(str(part) for part in error.absolute_path) or "arguments"
+                return f"{where}: Input should be {' or '.join(JSON_KINDS.get(str(kind), str(kind)) for kind in wanted)}"
+        return None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        if self._tool_manager.get_tool(name) is None:  # the SDK's own text: "Unknown tool: ..."
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:  # the SDK's own text: "Unknown tool: ..."
             raise ToolError(f"not_found: no tool named {name[:200]!r}")
+        mistyped = self._mistyped(name, tool.parameters, arguments)
+        if mistyped is not None:
+            raise ToolError(f"validation: {mistyped}")
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:

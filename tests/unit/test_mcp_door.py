@@ -313,3 +313,34 @@ async def test_a_session_stream_the_client_leaves_leaves_no_task_behind(core: Me
     pending = [t for t in asyncio.all_tasks() if not t.done() and "Queue.get" in repr(t.get_coro())]
     assert pending == []
     await app.state.mcp.close()
+
+
+async def test_arguments_are_held_to_the_input_schema_strictly(core: Memesh) -> None:
+    """The SDK read arguments laxly: ``k: "3"`` was 3, ``k: true`` 1, ``salience: "0.7"`` 0.7, where the
+    A2A door and REST refuse them. Values of the schema's own types (an integer for a number, an integral
+    number for an integer, as JSON Schema reads it, strings for enums, ids and times) are served as before."""
+    app = create_app(core)
+    key = await key_of(core, "t1")
+    async with mcp_client(app, {"x-service-key": key}, "legacy") as mcp:
+        for tool, arguments, field in (
+            ("recall", {"text": "x", "k": "3"}, "k"),
+            ("recall", {"text": "x", "k": True}, "k"),
+            ("query", {"text": "x", "k": 2.5}, "k"),
+            ("pull_inbox", {"limit": True}, "limit"),
+            ("pull_inbox", {"since": "0"}, "since"),
+            ("place_beacon", {"interest": "x", "ttl_s": "60"}, "ttl_s"),
+            ("write_cell", {"content": "x", "cell_type": "Fact", "salience": "0.7"}, "salience"),
+            ("write_cell", {"content": 5, "cell_type": "Fact"}, "content"),
+            ("list_cells", {"limit": "10"}, "limit"),
+        ):
+            refused = await mcp.call_tool(tool, arguments)
+            assert refused.is_error and refused.content[0].text.startswith(f"validation: {field}:"), (tool, refused)
+        written = await mcp.call_tool("write_cell", {"content": "the deploy failed", "cell_type": "Fact", "salience": 1})
+        assert not written.is_error, written
+        hits = await mcp.call_tool("recall", {"text": "deploy", "k": 3.0, "cell_types": ["Fact"], "ranking": "dense"})
+        assert not hits.is_error and len(hits.structured_content["result"]) == 1
+        beacon = await mcp.call_tool("place_beacon", {"interest": "deploys", "ttl_s": 60})
+        assert not beacon.is_error, beacon
+        listed = await mcp.call_tool("list_cells", {"limit": 5})
+        assert not listed.is_error and len(listed.structured_content["cells"]) == 1
+    await app.state.mcp.close()
