@@ -36,8 +36,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import json
-
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
 from fastapi import FastAPI
@@ -49,6 +47,7 @@ from starlette.types import Receive, Scope, Send
 from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
+from api.a2a.wire_checks import invalid_params, loads
 from api.admission import admit_at_door
 from api.errors import error_response, memesh_error_response
 from api.gate_common import header_map, json_shape_refusal, read_body, replay, run_guarded
@@ -98,12 +97,12 @@ class A2aDoor:
         if body is None:
             return  # the client left
         try:
-            request = json.loads(body)
+            request = loads(body)
         except (ValueError, RecursionError):  # the SDK would answer -32603 with the decoder's own text
             request = PARSE_ERROR
         method = request.get("method") if isinstance(request, dict) else None
-        refusal = _refusal(request, method, header_map(scope).get("a2a-version", ""))
         too_large = json_shape_refusal(request)
+        refusal = _refusal(request, method, header_map(scope).get("a2a-version", "")) if too_large is None else None
         if method not in SEND_METHODS or refusal is not None or too_large is not None:
             try:
                 self.memesh.charge(scope["state"]["principal"], Bucket.READ)
@@ -132,7 +131,9 @@ def _refusal(request: object, method: object, version: str) -> dict[str, object]
     - a request without an ``id``: ``-32600`` (A2A defines no notification; the SDK ran a v1.0 one and
       answered it with a null id, and refused a v0.3 one with a pydantic dump);
     - a v0.3 method name (``message/send``: v0.3 names hold a ``/``) under ``A2A-Version: 1.x``: ``-32009``
-      VersionNotSupported, as the SDK answers a v1.0 name without the header (it answered -32603)."""
+      VersionNotSupported, as the SDK answers a v1.0 name without the header (it answered -32603);
+    - params the SDK's conversions fail on (:func:`api.a2a.wire_checks.invalid_params`): ``-32602``
+      ``validation: ...`` (they were ``-32603`` with the library's words and an ERROR traceback)."""
     if request is PARSE_ERROR:
         return {"code": -32700, "message": "Parse error: the body is not a JSON document this service reads"}
     if isinstance(request, dict) and isinstance(method, str) and "id" not in request:
@@ -142,7 +143,8 @@ def _refusal(request: object, method: object, version: str) -> dict[str, object]
             "code": -32009,
             "message": f"{method!r} is an A2A 0.3 method, and this request says A2A-Version {version.strip()[:20]}",
         }
-    return None
+    problem = invalid_params(request)
+    return {"code": -32602, "message": problem} if problem is not None else None
 
 
 def mount_a2a(app: FastAPI, memesh: Memesh, config: A2aConfig, max_body_bytes: int, timeout_s: float) -> A2aDoor:

@@ -7,6 +7,8 @@ in v1.0 and 0.3.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -225,4 +227,45 @@ async def test_a_message_too_large_in_shape_is_refused_before_the_sdk(core: Meme
             refused = await http.post("/a2a/v1", json=body)
             assert_error(refused, 400, "validation")
         assert (await http.post("/a2a/v1", json=RPC, headers={"A2A-Version": "1.0"})).status_code == 200
+        await http.aclose()
+
+
+async def test_values_the_sdk_cannot_convert_are_the_clients_error(
+    core: Memesh, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lone surrogate, file bytes that are not base64 and NaN or Infinity failed in the SDK's conversions
+    and were answered ``-32603`` with the library's own words and an ERROR traceback: they are ``-32602
+    validation`` (or ``-32700``: NaN is no JSON) and nothing is logged."""
+
+    def v03(*parts: dict[str, Any]) -> dict[str, Any]:
+        message = {"messageId": "m", "role": "user", "kind": "message", "parts": list(parts)}
+        return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+
+    async with a2a_app(core, tmp_path) as app:
+        headers = {"x-service-key": await key_of(core, "t1"), "content-type": "application/json"}
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+        surrogate = json.dumps(v03({"kind": "text", "text": "X"})).replace('"X"', '"\\ud800"')
+        surrogate_key = json.dumps(v03({"kind": "data", "data": {"op": "recall", "text": "x", "X": 1}})).replace(
+            '"X"', '"\\udfff"'
+        )
+        base64_garbage = json.dumps(v03({"kind": "file", "file": {"bytes": "!!!notb64"}}))
+        nan = json.dumps(v03({"kind": "data", "data": {"op": "recall", "text": "x", "k": float("nan")}}))
+        infinity = json.dumps(v03({"kind": "data", "data": {"op": "write_cell", "content": "x", "salience": float("inf")}}))
+        v1_nan = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+        v1_nan["params"] = {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"data": {"op": "recall", "k": float("nan")}}]}
+        }
+        for body, version, code in (
+            (surrogate, "0.3", -32602),
+            (surrogate_key, "0.3", -32602),
+            (base64_garbage, "0.3", -32602),
+            (nan, "0.3", -32700),
+            (infinity, "0.3", -32700),
+            (json.dumps(v1_nan), "1.0", -32700),
+        ):
+            answer = await http.post("/a2a/v1", content=body.encode(), headers={"A2A-Version": version})
+            error = answer.json()["error"]
+            assert answer.status_code == 200 and error["code"] == code, (body[:120], answer.text)
+            assert code != -32602 or error["message"].startswith("validation: params.message.parts[0]"), error
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         await http.aclose()
