@@ -47,6 +47,7 @@ from starlette.types import Receive, Scope, Send
 from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
+from api.a2a.sdk_logs import quiet_client_mistakes
 from api.a2a.wire_checks import invalid_params, loads
 from api.admission import admit_at_door
 from api.errors import error_response, memesh_error_response
@@ -66,6 +67,7 @@ class A2aDoor:
         self.memesh = memesh
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
+        quiet_client_mistakes()
         self.key = CardKey.load_or_create(config.data_dir)
         self.card = signed_card(config, self.key)
         self.handler = MemeshRequestHandler(memesh, InMemoryTaskStore(owner_resolver=owner_of), self.card)

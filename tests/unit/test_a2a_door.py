@@ -269,3 +269,27 @@ async def test_values_the_sdk_cannot_convert_are_the_clients_error(
             assert code != -32602 or error["message"].startswith("validation: params.message.parts[0]"), error
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         await http.aclose()
+
+
+async def test_a_clients_mistakes_are_answered_and_not_logged_above_debug(
+    core: Memesh, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK logged these at ERROR with tracebacks (and a wrong A2A-Version at WARNING, the header copied
+    whole): any key could fill the log. They are answered as before and logged at DEBUG at most."""
+    async with a2a_app(core, tmp_path) as app:
+        headers = {"x-service-key": await key_of(core, "t1"), "content-type": "application/json"}
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE, headers=headers)
+        for body, version, code in (
+            ([], "", -32600),
+            ({"jsonrpc": "2.0", "id": [1], "method": "tasks/get", "params": {"id": "x"}}, "", -32600),
+            ({"jsonrpc": "2.0", "id": 1, "method": 3}, "", -32600),
+            ({"jsonrpc": "2.0", "id": 1, "method": "tasks/resubscribe", "params": {"id": "x"}}, "", -32004),
+            ({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}}, "Z" * 3000, -32009),
+        ):
+            answer = await http.post("/a2a/v1", json=body, headers={"A2A-Version": version} if version else {})
+            streamed = answer.headers["content-type"].startswith("text/event-stream")  # a streaming method's answer
+            reply = json.loads(answer.text.split("data: ", 1)[1]) if streamed else answer.json()
+            assert answer.status_code == 200 and reply["error"]["code"] == code, (body, answer.text)
+        noisy = [r for r in caplog.records if r.name.startswith("a2a") and r.levelno >= logging.WARNING]
+        assert noisy == [], [r.getMessage()[:200] for r in noisy]
+        await http.aclose()
