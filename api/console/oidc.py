@@ -205,12 +205,14 @@ class Console:
         except (*_TRANSPORT_ERRORS, AuthlibBaseError) as exc:
             log.warning("the token exchange failed: %s", type(exc).__name__)
             await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"), client=client)
+        if not isinstance(token, dict) or not isinstance(token.get("id_token"), str):  # Authlib fails on it with a TypeError
+            await self._fail(None, "id_token_missing", Unauthorized("the provider sent no usable ID token"), client=client)
         try:
             claims = await self.oauth.parse_id_token(token, nonce=pending.nonce, claims_options=self.claims_options)
         except httpx2.HTTPError as exc:  # the JWKS could not be fetched
             log.warning("the provider's JWKS could not be fetched: %s", type(exc).__name__)
             await self._fail(None, "provider_unavailable", Unavailable("the identity provider did not answer"), client=client)
-        except (JoseError, ValueError, AuthlibBaseError) as exc:  # signature, claims, or a malformed token
+        except (JoseError, ValueError, TypeError, AuthlibBaseError) as exc:  # signature, claims, or a malformed token
             log.warning("an ID token was refused: %s", type(exc).__name__)
             await self._fail(None, "id_token_invalid", Unauthorized("the ID token is not valid"), client=client)
         subject = claims.get("sub") if claims is not None else None

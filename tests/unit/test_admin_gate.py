@@ -21,6 +21,8 @@ from api.console.oidc import Console, ConsoleConfig
 from head.clock import utc_now
 from head.facade import Memesh
 from mesh.audit import AuditKind
+from mesh.console_sessions import PendingLogin
+from mesh.errors import Unauthorized
 from tests.unit.conftest import ADMIN, assert_error
 
 # Port 9 (discard) on loopback: nothing listens, so the provider "does not answer".
@@ -218,3 +220,20 @@ async def test_a_websocket_to_a_path_without_one_is_a_404_envelope(console: Cons
         with pytest.raises(WebSocketDenialResponse) as denied, client.websocket_connect("/admin/api/agents"):
             pass
     assert_error(denied.value, 404, "not_found")
+
+
+@pytest.mark.parametrize("id_token", [{"a": 1}, 123, ["a.b.c"], None])
+async def test_an_id_token_that_is_no_string_is_401_never_500(
+    console: ConsoleHarness, id_token: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider whose token answer holds an ``id_token`` that is no string (Authlib failed on an object with
+    a TypeError: 500 and a traceback). The token answer is faked here: the real provider of the e2e tests
+    never sends one, so the fake stands for a broken or hostile one; what reads it is the real code."""
+
+    async def token_answer(**kwargs: Any) -> dict[str, Any]:
+        return {"access_token": "a", "token_type": "Bearer", "id_token": id_token}
+
+    monkeypatch.setattr(console.console.oauth, "fetch_access_token", token_answer)
+    pending = PendingLogin("nonce", "verifier", "http://memesh.test/admin/auth/callback")
+    with pytest.raises(Unauthorized, match="no usable ID token"):
+        await console.console._verified_subject(pending, "code", "127.0.0.1")
