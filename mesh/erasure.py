@@ -51,8 +51,9 @@ class EraseScope:
 
 
 def parse_scope(kind: str, scope_id: str, tenant_id: str | None) -> EraseScope:
-    """A validated scope: a node id must be a UUID; ids are 1 to 128 characters a project id may hold
-    (:func:`mesh.ids.is_name`, so every project that can be written can be erased)."""
+    """A validated scope: a node id must be a UUID; ids and a project scope's tenant id are 1 to 128
+    characters a project id may hold (:func:`mesh.ids.is_name`, so every project that can be written can
+    be erased, and no erase is certified for a tenant that cannot exist)."""
     try:
         parsed = ScopeKind(kind)
     except ValueError:
@@ -66,6 +67,8 @@ def parse_scope(kind: str, scope_id: str, tenant_id: str | None) -> EraseScope:
             raise ValidationFailed("a node scope's id must be a UUID") from None
     if tenant_id is not None and parsed is not ScopeKind.PROJECT:
         raise ValidationFailed("scope.tenant_id applies to project scopes only")
+    if tenant_id is not None and not is_name(tenant_id, 128):  # as a tenant's id is held everywhere else
+        raise ValidationFailed("scope.tenant_id must be 1 to 128 printable characters")
     return EraseScope(parsed, scope_id, tenant_id)
 
 

@@ -114,6 +114,10 @@ async def test_erase_refuses_a_wrong_confirm_and_other_tenants(core: Memesh) -> 
         parse_scope("node", "not-a-uuid", None)
     with pytest.raises(ValidationFailed):
         parse_scope("planet", "x", None)
+    for tenant in ("t\x00", "t\x1f", "t\u202e", "", "t" * 129):  # a tenant that cannot exist: no certificate for it
+        with pytest.raises(ValidationFailed, match=r"scope\.tenant_id"):
+            parse_scope("project", "alpha", tenant)
+    assert parse_scope("project", "alpha", "t1 émoji 🦜").tenant_id == "t1 émoji 🦜"
 
 
 async def test_erase_an_agent_removes_its_writes_inbox_beacons_and_sessions(core: Memesh) -> None:
