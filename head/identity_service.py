@@ -431,8 +431,12 @@ class IdentityService:
         await record(self._dir, actor, kind, target, outcome, detail)
 
     async def verify_audit(self, actor: Principal) -> dict[str, Any]:
-        """Recompute the whole audit chain from storage (admins only)."""
+        """Recompute the whole audit chain from storage (a ServiceAdmin's: the chain, and its row count, span
+        every tenant; a ProjectAdmin's try is 403 and an ``AuthzDenied`` row)."""
         require_admin(actor)
+        if not actor.is_service_admin:
+            await self._audit(actor, AuditKind.AUTHZ_DENIED, "audit", "denied", {"action": "verify"})
+            raise Forbidden("only a ServiceAdmin verifies the audit chain: it spans every tenant")
         return dict(await self._dir.audit_log().verify())
 
     async def ensure_bootstrap_admin(self) -> str | None:

@@ -67,3 +67,8 @@ async def test_a_row_altered_in_storage_is_detected(core: Memesh) -> None:
     assert verdict == {"ok": False, "rows": 3, "first_bad_seq": 2}
     with pytest.raises(Forbidden):
         await core.identity.verify_audit(Principal("w", "t1", frozenset({Role.WRITER})))
+    project_admin = Principal("pa", "t1", frozenset({Role.PROJECT_ADMIN}))  # the chain's row count spans every tenant
+    with pytest.raises(Forbidden, match="ServiceAdmin"):
+        await core.identity.verify_audit(project_admin)
+    denied = (await core.directory.audit_log().rows(0, 100))[-1]
+    assert (denied.kind, denied.outcome, denied.target) == ("AuthzDenied", "denied", "audit")
