@@ -111,17 +111,34 @@ def parse_roles(values: list[str]) -> frozenset[Role]:
 
 
 _BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+_JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner and joiner: emoji sequences and scripts need them
 
 
 def check_display_name(name: str) -> str:
-    """1 to 64 characters, none a control character or a bidirectional override (``\\u202e`` makes
-    ``exe.png`` read as ``gnp.exe`` in the console and the CLI's output)."""
-    name = name.strip()
+    """1 to 64 characters once the spaces at either end are cut, none of them a control character, an
+    invisible format character (a bidirectional override makes ``exe.png`` read as ``gnp.exe`` in the
+    console and the CLI's output; a zero-width space or a BOM makes a name that looks like another), a
+    separator other than the space (a line or paragraph separator, a no-break space), a private-use
+    character or a lone surrogate. The zero-width joiner and non-joiner stay: emoji and scripts are
+    written with them."""
+    name = name.strip(" ")
     if not name or len(name) > DISPLAY_NAME_MAX:
         raise ValidationFailed(f"display_name must be 1 to {DISPLAY_NAME_MAX} characters")
-    if any(unicodedata.category(c) == "Cc" or c in _BIDI_CONTROLS for c in name):
-        raise ValidationFailed("display_name must not hold control characters or bidirectional overrides")
+    if any(_unseen(c) for c in name):
+        raise ValidationFailed(
+            "display_name must not hold control, invisible format or private-use characters, nor separators other than the space"
+        )
     return name
+
+
+def _unseen(c: str) -> bool:
+    kind = unicodedata.category(c)
+    return (
+        kind in ("Cc", "Co", "Cs", "Zl", "Zp")
+        or (kind == "Cf" and c not in _JOINERS)
+        or (kind == "Zs" and c != " ")
+        or c in _BIDI_CONTROLS
+    )
 
 
 READ_SCOPE_MAX = 500

@@ -141,9 +141,15 @@ def test_recall_blend_prefers_salient_recent_cells_among_equals() -> None:
     assert much_closer[0][0].id == stale.id
 
 
-@pytest.mark.parametrize("name", ["a\u0000b", "line\nbreak", "\u202egnp.exe", "x\u2066y"])
+@pytest.mark.parametrize(
+    "name",
+    ["a\u0000b", "line\nbreak", "\u202egnp.exe", "x\u2066y", "a\u200bzw", "\ufeffbom", "\u2028line", "line\u2029",
+     "\u00a0nbsp", "a\ue000b", "a\ud800b", "tag\U000e0041"],
+)  # fmt: skip
 def test_a_display_name_holds_no_control_character_nor_bidi_override(name: str) -> None:
-    """The console and the CLI print display names: a right-to-left override disguised ``exe.png``."""
+    """The console and the CLI print display names: a right-to-left override disguised ``exe.png``, a zero-width
+    space or a BOM made a name that looks like another, and line separators or a no-break space at an end
+    were cut away after a 200 (only the space is cut now; the rest is refused)."""
     with pytest.raises(ValidationFailed):
         check_display_name(name)
 
