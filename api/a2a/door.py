@@ -48,7 +48,7 @@ from api.a2a.card import RPC_PATH, A2aConfig, signed_card
 from api.a2a.executor import CallerContext, MemeshRequestHandler, owner_of
 from api.a2a.keys import KEYS_PATH, CardKey
 from api.a2a.sdk_logs import quiet_client_mistakes
-from api.a2a.wire_checks import invalid_params, loads
+from api.a2a.wire_checks import invalid_params, is_text, loads
 from api.admission import admit_at_door
 from api.errors import error_response, memesh_error_response
 from api.gate_common import header_map, json_shape_refusal, read_body, replay, run_guarded
@@ -116,8 +116,8 @@ class A2aDoor:
             return
         if refusal is not None:
             reply_id = request.get("id") if isinstance(request, dict) else None
-            if isinstance(reply_id, bool) or not isinstance(reply_id, str | int):
-                reply_id = None  # JSON-RPC ids are strings and numbers
+            if isinstance(reply_id, bool) or not isinstance(reply_id, str | int) or not is_text(str(reply_id)):
+                reply_id = None  # JSON-RPC ids are strings and numbers (and an answer is UTF-8)
             await JSONResponse({"jsonrpc": "2.0", "id": reply_id, "error": refusal})(scope, receive, send)
             return
         await self.rpc.handle(scope, replay(body, receive), send)
@@ -130,6 +130,8 @@ class A2aDoor:
 def _refusal(request: object, method: object, version: str) -> dict[str, object] | None:
     """The JSON-RPC error memesh answers itself before the SDK, or None:
     - a body that is not JSON: ``-32700``;
+    - an ``id`` that is not Unicode text (a lone surrogate: the SDK's answer echoing it failed to encode,
+      a 500): ``-32600`` with a null id;
     - a request without an ``id``: ``-32600`` (A2A defines no notification; the SDK ran a v1.0 one and
       answered it with a null id, and refused a v0.3 one with a pydantic dump);
     - a v0.3 method name (``message/send``: v0.3 names hold a ``/``) under ``A2A-Version: 1.x``: ``-32009``
@@ -138,6 +140,8 @@ def _refusal(request: object, method: object, version: str) -> dict[str, object]
       ``validation: ...`` (they were ``-32603`` with the library's words and an ERROR traceback)."""
     if request is PARSE_ERROR:
         return {"code": -32700, "message": "Parse error: the body is not a JSON document this service reads"}
+    if isinstance(request, dict) and isinstance(request.get("id"), str) and not is_text(request["id"]):
+        return {"code": -32600, "message": "Invalid Request: the id holds a lone surrogate, which is not Unicode text"}
     if isinstance(request, dict) and isinstance(method, str) and "id" not in request:
         return {"code": -32600, "message": "Invalid Request: A2A has no notifications; give the request an id"}
     if isinstance(method, str) and "/" in method and version.strip().startswith("1"):

@@ -34,11 +34,11 @@ def invalid_params(request: object) -> str | None:
     while stack:
         value, where = stack.pop()
         if isinstance(value, str):
-            if not _is_text(value):
+            if not is_text(value):
                 return f"validation: {where}: a string holds a lone surrogate, which is not Unicode text"
         elif isinstance(value, dict):
             for key, child in value.items():
-                if not _is_text(key):
+                if not is_text(key):
                     return f"validation: {where}: a key holds a lone surrogate, which is not Unicode text"
                 stack.append((child, f"{where}.{key}"))
         elif isinstance(value, list):
@@ -46,7 +46,8 @@ def invalid_params(request: object) -> str | None:
     return _file_bytes_refusal(request.get("params"))
 
 
-def _is_text(value: str) -> bool:
+def is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (it holds no lone surrogate)."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

@@ -235,7 +235,8 @@ async def test_values_the_sdk_cannot_convert_are_the_clients_error(
 ) -> None:
     """A lone surrogate, file bytes that are not base64 and NaN or Infinity failed in the SDK's conversions
     and were answered ``-32603`` with the library's own words and an ERROR traceback: they are ``-32602
-    validation`` (or ``-32700``: NaN is no JSON) and nothing is logged."""
+    validation`` (or ``-32700``: NaN is no JSON) and nothing is logged. An id holding a lone surrogate was
+    a 500 (the answer echoing it could not be encoded): ``-32600`` with a null id."""
 
     def v03(*parts: dict[str, Any]) -> dict[str, Any]:
         message = {"messageId": "m", "role": "user", "kind": "message", "parts": list(parts)}
@@ -267,6 +268,9 @@ async def test_values_the_sdk_cannot_convert_are_the_clients_error(
             error = answer.json()["error"]
             assert answer.status_code == 200 and error["code"] == code, (body[:120], answer.text)
             assert code != -32602 or error["message"].startswith("validation: params.message.parts[0]"), error
+        for body in ('{"jsonrpc":"2.0","id":"\\ud800","method":"nope"}', '{"jsonrpc":"2.0","id":"\\ud800","method":"ListTasks"}'):
+            answer = await http.post("/a2a/v1", content=body.encode(), headers={"A2A-Version": "1.0"})  # was a 500
+            assert answer.status_code == 200 and answer.json()["error"]["code"] == -32600 and answer.json()["id"] is None
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
         await http.aclose()
 
