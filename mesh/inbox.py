@@ -7,9 +7,12 @@ Guarantees of :class:`AgentInbox`:
 - The cursor (acknowledged watermark) only moves forward.
 
 Pull, in order:
-1. ``ack`` above the cursor moves it to ``min(ack, committed)``: clamped to
-   the newest commit-stable sequence this call examined, applied before the
-   page is read. ``ack`` at or below the cursor is a no-op.
+1. ``ack`` above the cursor moves it to ``min(ack, served)``, where ``served``
+   is the highest ``window_high`` a pull (or the stream) has handed out: what
+   "the next call may acknowledge" (spec rule 6), so no ack reaches a delivery
+   the agent was never shown. It is applied before the page is read. ``ack``
+   at or below the cursor is a no-op. After a restart ``served`` is the
+   committed top (what was stored before may have been seen).
 2. The floor is ``since`` when given, else the cursor (strictly greater than).
 3. The window is the next ``limit`` commit-stable deliveries above the floor
    (``limit`` 0 or absent means ``max_batch``; larger is clamped to it).
@@ -108,7 +111,7 @@ class AgentInbox:
     deliveries: list[StoredDelivery] = field(default_factory=list)
     _seqs: list[int] = field(default_factory=list)
     _ids: set[str] = field(default_factory=set)
-    served: int = 0  # the highest sequence a pull window (or the stream) has handed out
+    served: int = 0  # the highest window_high a pull (or the stream) has handed out: what an ack may reach
     _kept: dict[tuple[str, int, bool], list[StoredDelivery]] = field(default_factory=dict)
     _withheld: dict[tuple[str, int, bool], set[str]] = field(default_factory=dict)
     _latest_window: int = 0
@@ -275,8 +278,8 @@ class AgentInbox:
         readable: Callable[[str], bool],
     ) -> PullPage:
         before = self.cursor
-        if ack is not None and ack > self.cursor:
-            self.cursor = max(self.cursor, min(ack, self.committed))
+        if ack is not None:
+            self.apply_ack(ack)
         floor = since if since is not None else self.cursor
         size = effective_limit(limit, max_batch)
         start = bisect.bisect_right(self._seqs, floor)
@@ -285,14 +288,15 @@ class AgentInbox:
         window_high = window[-1].seq if window else min(floor, self.committed)
         items = sorted((d for d in window if readable(d.project_id)), key=lambda d: (-d.score, d.seq))
         window_low = window[0].seq if window else 0
-        if window:
-            self.served = max(self.served, window_high)
+        self.served = max(self.served, window_high)
         return PullPage(items, self.cursor, window_high, self.committed > window_high, self.cursor != before, window_low)
 
     def apply_ack(self, ack: int) -> bool:
-        """The cursor rule alone (for the stream's ack frames); True when it moved."""
+        """The cursor rule alone (also the stream's ack frames): up to ``ack``, clamped to ``served``, the
+        highest ``window_high`` handed out (spec rule 6: what the next call may acknowledge); True when it
+        moved."""
         if ack > self.cursor:
-            moved = max(self.cursor, min(ack, self.committed))
+            moved = max(self.cursor, min(ack, self.served, self.committed))
             if moved != self.cursor:
                 self.cursor = moved
                 return True

@@ -24,6 +24,7 @@ class Reference:
     deliveries: list[tuple[int, str, float]] = field(default_factory=list)  # (seq, project, score)
     durable: int = 0  # how many deliveries are commit-stable
     watermark: int = 0
+    handed: int = 0  # the highest window_high answered so far
 
     def deliver(self, project: str, score: float) -> None:
         self.deliveries.append((len(self.deliveries) + 1, project, score))
@@ -34,9 +35,10 @@ class Reference:
     def pull(self, since: int | None, ack: int | None, limit: int | None, scope: set[str]) -> tuple[list[int], int, int, bool]:
         stable = [d for d in self.deliveries if d[0] <= self.durable]
         newest = stable[-1][0] if stable else 0
-        # "ack above the stored watermark advances it, clamped to the newest sequence this call examined"
+        # "ack above the stored watermark advances it, clamped to the newest sequence this call examined";
+        # "window_high is the highest delivery_seq the next call may acknowledge" (rule 6)
         if ack is not None and ack > self.watermark:
-            self.watermark = max(self.watermark, min(ack, newest))
+            self.watermark = max(self.watermark, min(ack, newest, self.handed))
         # "since overrides the stored cursor for this page (strictly greater than)"
         floor = self.watermark if since is None else since
         page_size = MAX_BATCH if limit in (None, 0) else min(limit, MAX_BATCH)
@@ -45,6 +47,7 @@ class Reference:
         visible = [d for d in window if not scope or d[1] in scope]
         visible.sort(key=lambda d: (-d[2], d[0]))  # display order: highest score first
         more = any(d[0] > high for d in stable)
+        self.handed = max(self.handed, high)
         return [d[0] for d in visible], self.watermark, high, more
 
 
@@ -103,6 +106,11 @@ def test_redelivery_until_acknowledged_and_partial_acks() -> None:
     assert inbox.pull(None, 2, None, 10, lambda _: True).cursor == 3  # no rewind
     replay = inbox.pull(0, None, None, 10, lambda _: True)
     assert [d.seq for d in replay.items] == [2, 3, 1] and replay.cursor == 3
+    inbox.enqueue("d3", "x3", "p", 0.4, "{}")
+    inbox.commit(4)  # committed, never shown: an ack cannot reach it (rule 6)
+    unseen = inbox.pull(None, 99, 1, 10, lambda _: True)
+    assert unseen.cursor == 3 and [d.seq for d in unseen.items] == [4] and unseen.window_high == 4
+    assert inbox.pull(None, 99, None, 10, lambda _: True).cursor == 4  # shown by the call before
 
 
 def test_narrow_scope_can_give_an_empty_page_with_more_to_come() -> None:

@@ -215,6 +215,7 @@ async def test_a_retried_ack_answers_only_once_the_cursor_is_committed(core: Mem
         for i in range(2)
         if listener.agent_id in core.directory.inbox_shard(i).target._inboxes
     )  # type: ignore[attr-defined]
+    assert (await core.inbox.pull(listener, None, None, None)).window_high == 1  # shown: it may be acked
     table = shard._cursors.rows  # the RowTable under the KeyedTable: a first cursor is appended, a later one upserted
     real_append, real_upsert, calls = table.append, table.upsert, []
 
