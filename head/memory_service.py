@@ -223,8 +223,8 @@ class MemoryService:
         flt: NodeFilter,
         ranking: Ranking | None = None,
     ) -> list[Cell]:
-        """The ``k`` live cells most relevant to the query: dense similarity fused with BM25 (``hybrid``,
-        the default) or similarity alone (``dense``, nearest first)."""
+        """The ``k`` live cells most relevant to the query, nearest first: chosen by dense similarity fused
+        with BM25 (``hybrid``, the default) or by similarity alone (``dense``)."""
         return [cell for cell, _ in await self.query_hits(principal, text, embedding, k, flt, ranking)]
 
     async def query_hits(
@@ -236,14 +236,18 @@ class MemoryService:
         flt: NodeFilter,
         ranking: Ranking | None = None,
     ) -> list[tuple[Cell, float]]:
-        """``query`` with each cell's cosine similarity to the query, in rank order."""
+        """``query`` with each cell's cosine similarity to the query, nearest first (ties: the smaller id).
+
+        With ``hybrid`` the fusion chooses which ``k`` cells answer; they are returned nearest first all the
+        same, as the spec states ``query``'s order ("in rank order, nearest first"; "``query`` ranks by
+        similarity alone"). ``recall`` orders its cells by its own blend."""
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
             query_terms = self._lexical_terms(text, ranking)
             if query_terms is None:
                 return await self._search(principal, vector, k, flt)
             ranked = await self._candidates(principal, query_terms, vector, self._pool(k), flt)
-        return [(cell, sim) for cell, sim, _ in ranked[:k]]
+        return sorted(((cell, sim) for cell, sim, _ in ranked[:k]), key=lambda hit: (-hit[1], hit[0].id))
 
     async def recall(
         self,
