@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from cluster.server_settings import Section, ServerSettings
@@ -186,7 +186,7 @@ class ObservatorySettings(Section):
     enabled: bool | None = None  # None: on in dev, off in production
     sample_rate: float = Field(1.0, ge=0, le=1)
     max_events: int = Field(50_000, ge=1)
-    max_age_s: float = Field(600.0, gt=0)
+    max_age_s: float = Field(600.0, gt=0, validation_alias=AliasChoices("max_age_s", "max_age"))  # max_age: the spec's name
     stream_channel_capacity: int = Field(16_384, ge=1)
     max_concurrent_streams: int = Field(16, ge=1)
     max_streams_per_tenant: int = Field(4, ge=1)  # a ProjectAdmin's tenant; ServiceAdmins share only the global cap

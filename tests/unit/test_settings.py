@@ -100,3 +100,18 @@ def test_bounds_that_could_never_be_met_are_refused_at_start(monkeypatch: pytest
     with pytest.raises(ValidationError, match="max_queued_texts_per_tenant"):
         Settings(embedding={"max_queued_texts": 512})
     assert Settings(limits={"max_batch_cells": 1_024}).limits.max_batch_cells == 1_024
+
+
+def test_the_specs_observatory_key_max_age_is_taken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The spec's table names the key ``max_age``; memesh names it ``max_age_s`` like every duration. Both are
+    taken, from the environment and from memesh.toml (``max_age`` was refused: the server did not start)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MEMESH_OBSERVATORY__MAX_AGE", "60")
+    assert Settings().observatory.max_age_s == 60
+    monkeypatch.delenv("MEMESH_OBSERVATORY__MAX_AGE")
+    config = tmp_path / "memesh.toml"
+    config.write_text("[observatory]\nmax_age = 90\n")
+    monkeypatch.setenv("MEMESH_CONFIG", str(config))
+    assert Settings().observatory.max_age_s == 90
+    config.write_text("[observatory]\nmax_age_s = 120\n")
+    assert Settings().observatory.max_age_s == 120
