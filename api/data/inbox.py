@@ -73,6 +73,13 @@ async def pull(principal: Drainer, core: Core, body: Annotated[PullIn | None, Bo
     return Response(content=content, media_type="application/json")
 
 
+@router.get("/inbox", include_in_schema=False)
+async def stream_without_upgrade() -> None:
+    """``/v1/inbox`` over plain HTTP: a GET without the WebSocket upgrade is 400 ``validation`` (it was 404, as
+    if the path did not exist), and another method 405 with ``Allow: GET`` (the ``/v1`` rule)."""
+    raise ValidationFailed("GET /v1/inbox is the inbox stream: open it as a WebSocket (Upgrade: websocket)")
+
+
 @router.websocket("/inbox")
 async def stream(websocket: WebSocket, core: Core) -> None:
     with contextlib.ExitStack() as held:

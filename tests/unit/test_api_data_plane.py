@@ -480,3 +480,19 @@ async def test_a_405_allows_every_method_the_document_gives_its_path(api: Api) -
             response = await api.send(method, path, key, {})
             assert_error(response, 405, "validation")
             assert {m.strip() for m in response.headers["allow"].split(",")} == documented, (method, path)
+
+
+async def test_the_stream_path_over_plain_http_is_refused_as_such(api: Api) -> None:
+    """``/v1/inbox`` is the WebSocket stream. Over plain HTTP it answered 404, as if the path did not exist:
+    a GET without the upgrade is 400 ``validation`` saying how to open it, another method 405 with
+    ``Allow: GET``; without a key, 401 first as everywhere under /v1; it is no operation of the document."""
+    key = await api.key()
+    plain = await api.send("GET", "/v1/inbox", key)
+    assert_error(plain, 400, "validation")
+    assert "WebSocket" in plain.json()["error"]["message"]
+    for method in ("POST", "PUT", "DELETE", "PATCH"):
+        response = await api.send(method, "/v1/inbox", key, {})
+        assert_error(response, 405, "validation")
+        assert "GET" in {m.strip() for m in response.headers["allow"].split(",")}
+    assert_error(await api.http.get("/v1/inbox"), 401, "unauthorized")
+    assert "/v1/inbox" not in (await api.http.get("/openapi.json")).json()["paths"]
