@@ -236,11 +236,8 @@ class MemoryService:
         flt: NodeFilter,
         ranking: Ranking | None = None,
     ) -> list[tuple[Cell, float]]:
-        """``query`` with each cell's cosine similarity to the query, nearest first (ties: the smaller id).
-
-        With ``hybrid`` the fusion chooses which ``k`` cells answer; they are returned nearest first all the
-        same, as the spec states ``query``'s order ("in rank order, nearest first"; "``query`` ranks by
-        similarity alone"). ``recall`` orders its cells by its own blend."""
+        """``query`` with each cell's cosine similarity, nearest first (ties: the smaller id), as the spec orders
+        ``query``; with ``hybrid`` the fusion chooses which ``k`` cells answer (``recall`` keeps its blend's order)."""
         async with self._embedder.gate.shared():
             vector = await self._query_vector(principal, text, embedding, k)
             query_terms = self._lexical_terms(text, ranking)
