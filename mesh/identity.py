@@ -110,7 +110,6 @@ def parse_roles(values: list[str]) -> frozenset[Role]:
         raise ValidationFailed(f"roles must be among {', '.join(r.value for r in Role)}") from None
 
 
-_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 _JOINERS = frozenset("\u200c\u200d")  # zero-width non-joiner and joiner: emoji sequences and scripts need them
 
 
@@ -134,11 +133,8 @@ def check_display_name(name: str) -> str:
 def _unseen(c: str) -> bool:
     kind = unicodedata.category(c)
     return (
-        kind in ("Cc", "Co", "Cs", "Zl", "Zp")
-        or (kind == "Cf" and c not in _JOINERS)
-        or (kind == "Zs" and c != " ")
-        or c in _BIDI_CONTROLS
-    )
+        kind in ("Cc", "Co", "Cs", "Zl", "Zp") or (kind == "Cf" and c not in _JOINERS) or (kind == "Zs" and c != " ")
+    )  # every bidirectional control (U+061C, U+200E/F, U+202A-E, U+2066-9) is a format character (Cf)
 
 
 READ_SCOPE_MAX = 500
